@@ -1,0 +1,1 @@
+"""skill-mcp: serve a directory of Agent Skills over MCP."""

@@ -1,0 +1,76 @@
+"""The data every module passes around: plain frozen values, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Anything that kept something from being served or narrowed it (SPEC §3.7)."""
+
+    path: str
+    reason: str
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class RunEntry:
+    """One `mcp-host.run` entry (declared), or its grant-narrowed form (effective)."""
+
+    script: str
+    interpreter: str
+    env: tuple[str, ...]
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnvField:
+    """An informational `mcp-host.env` entry."""
+
+    name: str
+    description: str | None = None
+    secret: bool | None = None
+    required: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    runs: tuple[RunEntry, ...] = ()
+    env: tuple[EnvField, ...] = ()
+    egress: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestEntry:
+    path: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """A served skill as discovery read it at boot."""
+
+    name: str
+    real_dir: str
+    source: str
+    body: str
+    body_truncated: bool
+    manifest: tuple[ManifestEntry, ...]
+    declaration: Declaration
+    frontmatter: dict[str, Any] = field(hash=False, compare=False)
+    description: str | None = None
+    when_to_use: str | None = None
+    file_limit_hit: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """Discovery's answer: served skills in catalog order and every problem, in order."""
+
+    skills: tuple[Skill, ...]
+    problems: tuple[Problem, ...]
