@@ -1,0 +1,406 @@
+"""The confirmation gate's core (SPEC §11): payload hash, key, tokens and request states, spent stores,
+the path choice and every body the gate answers with. Clock, secret and randomness come in as arguments;
+the file spent store is the one edge.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, NamedTuple, Protocol, TypeGuard
+
+ACTION = "skill.run"
+
+TOKEN_INVALID = "TOKEN_INVALID"
+TOKEN_REUSED = "TOKEN_REUSED"
+TOKEN_EXPIRED = "TOKEN_EXPIRED"
+DRAFT_CHANGED = "DRAFT_CHANGED"
+
+NONCE_BYTES = 16
+_NONCE_PATTERN = re.compile(r"[A-Za-z0-9_-]{22}")  # 16 bytes, base64url without padding
+
+ConfirmPath = Literal["elicitation", "input-required", "token"]
+Mode = Literal["ask-user", "auto"]
+UnsupportedCause = Literal["no-elicitation", "elicitation-off", "ttl-invalid"]
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64url_decode(text: str) -> bytes:
+    return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+
+
+def payload_hash(will_run: dict[str, Any]) -> str:
+    return _b64url(hashlib.sha256(canonical_json(will_run)).digest())
+
+
+class ConfirmKey(NamedTuple):
+    key: bytes
+    stable: bool
+
+
+def confirm_key(
+    secret: str | None,
+    host_secret: str | None,
+    data_dir: str | None,
+    random_bytes: Callable[[int], bytes] = os.urandom,
+) -> ConfirmKey:
+    """The token key (SPEC §11.6); arguments are already through the unset rule (None = unset)."""
+    if secret is not None:
+        return ConfirmKey(hashlib.sha256(secret.encode("utf-8")).digest(), True)
+    if host_secret is not None and _is_absolute(data_dir):
+        return ConfirmKey(hashlib.sha256(host_secret.encode("utf-8")).digest(), True)
+    return ConfirmKey(random_bytes(32), False)
+
+
+def _is_absolute(data_dir: str | None) -> TypeGuard[str]:
+    return data_dir is not None and os.path.isabs(data_dir)
+
+
+def _is_expired(expires_ms: int, now_ms: int) -> bool:
+    # An approval lives for [issue, exp): at exp itself it is gone, and so may its spent record be.
+    return now_ms >= expires_ms
+
+
+# --- sealing -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Envelope:
+    prefix: str
+    kind_claim: str
+    kind_value: str
+
+
+_TOKEN = _Envelope("skmcp.token.v1.", "t", "skill_run")
+_STATE = _Envelope("skmcp.state.v1.", "a", ACTION)
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A verified approval, spent (nonce until expires_ms) only once the run lock is held."""
+
+    nonce: str
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A token check's answer: an approval, or one §11.5 error code."""
+
+    approval: Approval | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _mac(envelope: _Envelope, key: bytes, body: str) -> str:
+    return _b64url(hmac.new(key, (envelope.prefix + body).encode("ascii"), hashlib.sha256).digest())
+
+
+def _seal(
+    envelope: _Envelope, key: bytes, target: str, payload_hash: str, now_ms: int, ttl_s: int, nonce: bytes
+) -> tuple[str, int]:
+    if len(nonce) != NONCE_BYTES:
+        raise ValueError(f"a nonce is {NONCE_BYTES} bytes, got {len(nonce)}")
+    expires_ms = now_ms + ttl_s * 1000
+    claims = {envelope.kind_claim: envelope.kind_value, "g": target, "h": payload_hash,
+              "exp": expires_ms, "n": _b64url(nonce)}
+    body = _b64url(canonical_json(claims))
+    return f"{envelope.prefix}{body}.{_mac(envelope, key, body)}", expires_ms
+
+
+def _open(envelope: _Envelope, key: bytes, sealed: str) -> dict[str, Any] | None:
+    """The claims of a well-formed, authentic seal of this kind; None for anything else."""
+    if not sealed.isascii() or not sealed.startswith(envelope.prefix):
+        return None
+    body, dot, mac = sealed[len(envelope.prefix):].partition(".")
+    # Compare the canonical text, not decoded bytes: a MAC's spare low bits must not admit a second spelling.
+    if not dot or not hmac.compare_digest(_mac(envelope, key, body).encode(), mac.encode()):
+        return None
+    try:
+        claims = json.loads(_b64url_decode(body))
+    except ValueError:
+        return None
+    well_formed = (
+        isinstance(claims, dict)
+        and claims.keys() == {envelope.kind_claim, "g", "h", "exp", "n"}
+        and claims[envelope.kind_claim] == envelope.kind_value
+        and isinstance(claims["g"], str)
+        and isinstance(claims["h"], str)
+        and type(claims["exp"]) is int
+        and isinstance(claims["n"], str)
+        and _NONCE_PATTERN.fullmatch(claims["n"]) is not None
+    )
+    return claims if well_formed else None
+
+
+def _verify(
+    envelope: _Envelope, key: bytes, sealed: str, target: str, payload_hash: str, now_ms: int, spent: SpentStore
+) -> Verdict:
+    claims = _open(envelope, key, sealed)
+    if claims is None or claims["g"] != target:
+        return Verdict(None, TOKEN_INVALID)
+    if spent.is_spent(claims["n"]):
+        return Verdict(None, TOKEN_REUSED)
+    if _is_expired(claims["exp"], now_ms):
+        return Verdict(None, TOKEN_EXPIRED)
+    if claims["h"] != payload_hash:
+        return Verdict(None, DRAFT_CHANGED)
+    return Verdict(Approval(claims["n"], claims["exp"]), None)
+
+
+def issue_token(
+    key: bytes, target: str, payload_hash: str, now_ms: int, ttl_s: int, nonce: bytes
+) -> tuple[str, int]:
+    """A path-3 confirmToken for `<skill>/<script>` and its expiry in ms since the epoch."""
+    return _seal(_TOKEN, key, target, payload_hash, now_ms, ttl_s, nonce)
+
+
+def verify_token(
+    key: bytes, token: str, target: str, payload_hash: str, now_ms: int, spent: SpentStore
+) -> Verdict:
+    """Checks in the §11.5 order; the approval is not spent here."""
+    return _verify(_TOKEN, key, token, target, payload_hash, now_ms, spent)
+
+
+def seal_state(
+    key: bytes, target: str, payload_hash: str, now_ms: int, ttl_s: int, nonce: bytes
+) -> tuple[str, int]:
+    """A path-2 requestState and its expiry in ms since the epoch."""
+    return _seal(_STATE, key, target, payload_hash, now_ms, ttl_s, nonce)
+
+
+def open_state(
+    key: bytes, state: str, target: str, payload_hash: str, now_ms: int, spent: SpentStore
+) -> Approval | None:
+    """The approval a valid state carries; None for any failure, since path 2 simply asks again."""
+    return _verify(_STATE, key, state, target, payload_hash, now_ms, spent).approval
+
+
+# --- spent stores ------------------------------------------------------------------------------
+
+
+class SpentStoreError(Exception):
+    """The store could not record a spend; the caller refuses the run (fail closed)."""
+
+
+class SpentStore(Protocol):
+    def is_spent(self, nonce: str) -> bool: ...
+
+    def spend(self, nonce: str, expires_ms: int, now_ms: int) -> bool:
+        """Record the nonce; False if it was already spent. Raises SpentStoreError if it cannot."""
+        ...
+
+
+class MemorySpentStore:
+    def __init__(self) -> None:
+        self._expiry_by_nonce: dict[str, int] = {}
+
+    def is_spent(self, nonce: str) -> bool:
+        return nonce in self._expiry_by_nonce
+
+    def spend(self, nonce: str, expires_ms: int, now_ms: int) -> bool:
+        self._expiry_by_nonce = {
+            spent: expiry for spent, expiry in self._expiry_by_nonce.items() if not _is_expired(expiry, now_ms)
+        }
+        if nonce in self._expiry_by_nonce:
+            return False
+        self._expiry_by_nonce[nonce] = expires_ms
+        return True
+
+
+class FileSpentStore:
+    """One file per spent nonce under `<data_dir>/.mcp-confirm/spent/`, so approvals survive restarts."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.directory = os.path.join(data_dir, ".mcp-confirm", "spent")
+
+    def _path(self, nonce: str) -> str:
+        if _NONCE_PATTERN.fullmatch(nonce) is None:
+            raise ValueError("a nonce is 22 base64url characters")
+        return os.path.join(self.directory, nonce)
+
+    def is_spent(self, nonce: str) -> bool:
+        # A record that cannot be read here still cannot be created by spend(), which then fails closed.
+        return os.path.lexists(self._path(nonce))
+
+    def spend(self, nonce: str, expires_ms: int, now_ms: int) -> bool:
+        path = self._path(nonce)
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            os.chmod(self.directory, 0o700)
+            try:
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                return False
+            with os.fdopen(descriptor, "w", encoding="ascii") as record:
+                record.write(str(expires_ms))
+        except OSError as error:
+            raise SpentStoreError(f"cannot record a spent approval in {self.directory}: {error}") from error
+        self._prune(now_ms, keep=nonce)
+        return True
+
+    def _prune(self, now_ms: int, keep: str) -> None:
+        # Best effort: a record left behind only costs disk, never a second run.
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        for name in names:
+            if name == keep or _NONCE_PATTERN.fullmatch(name) is None:
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                with open(path, encoding="ascii") as record:
+                    expiry = int(record.read())
+                if _is_expired(expiry, now_ms):
+                    os.unlink(path)
+            except (OSError, ValueError):
+                continue
+
+
+def make_spent_store(stable_key: bool, data_dir: str | None) -> SpentStore:
+    """A file store needs both: a random key voids old tokens anyway, and a relative dir is not a place."""
+    if stable_key and _is_absolute(data_dir):
+        return FileSpentStore(data_dir)
+    return MemorySpentStore()
+
+
+# --- choosing the path -------------------------------------------------------------------------
+
+
+def declares_form_elicitation(capabilities: dict[str, Any] | None) -> bool:
+    """`elicitation` that is `{}` or has `form`; None-valued keys count as absent (model dumps)."""
+    elicitation = (capabilities or {}).get("elicitation")
+    if not isinstance(elicitation, dict):
+        return False
+    modes = {name for name, value in elicitation.items() if value is not None}
+    return not modes or "form" in modes
+
+
+def choose_path(era_is_modern: bool, client_declares_form_elicitation: bool, elicitation_on: bool) -> ConfirmPath:
+    if not (client_declares_form_elicitation and elicitation_on):
+        return "token"
+    return "input-required" if era_is_modern else "elicitation"
+
+
+# --- bodies ------------------------------------------------------------------------------------
+
+_PREVIEW_NOTE = (
+    "No process has been started. This script runs only after confirmation. "
+    "This server cannot tell what a script does: it decides only which script runs and what it is handed."
+)
+
+_INSTRUCTIONS: dict[str, str] = {
+    "ask-user": (
+        "Show this preview to the user verbatim and proceed only after they explicitly approve it in chat; "
+        "then call skill_run again with the same arguments plus confirmToken."
+    ),
+    "auto": (
+        "User approval is not required on this server: "
+        "call skill_run again with the same arguments plus confirmToken to run it."
+    ),
+}
+
+_UNSUPPORTED_WHY: dict[str, str] = {
+    "no-elicitation": "the client declares no MCP elicitation capability",
+    "elicitation-off": "elicitation is disabled by MCP_CONFIRM_ELICITATION=off",
+    "ttl-invalid": "MCP_CONFIRM_TTL_SECONDS is invalid (it must be a whole number of seconds from 1 to 86400)",
+}
+
+_REJECTION_NOTES: dict[str, str] = {
+    TOKEN_REUSED: "Nothing was run by this call: the token was already used, and one approval runs once.",
+    TOKEN_EXPIRED: "Nothing was run: the token has expired. Call again without confirmToken for a fresh preview.",
+    TOKEN_INVALID: "Nothing was run: the token is not valid for this call. "
+    "Call again without confirmToken for a fresh preview.",
+}
+
+
+def preview(will_run: dict[str, Any]) -> dict[str, Any]:
+    return {"dryRun": True, "willRun": will_run, "note": _PREVIEW_NOTE}
+
+
+def expires_at(expires_ms: int) -> str:
+    """ISO 8601 UTC with milliseconds and Z, from integer ms (no float rounding)."""
+    seconds, millis = divmod(expires_ms, 1000)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+
+
+def token_offer(token: str, expires_ms: int, ttl_s: int, mode: Mode) -> dict[str, Any]:
+    """The fields that hand a fresh token over, shared by confirmation-required and DRAFT_CHANGED."""
+    return {"confirmToken": token, "expiresAt": expires_at(expires_ms), "ttlSeconds": ttl_s,
+            "instruction": _INSTRUCTIONS[mode]}
+
+
+def confirmation_required(
+    will_run: dict[str, Any], token: str, expires_ms: int, ttl_s: int, mode: Mode
+) -> dict[str, Any]:
+    return {"status": "confirmation-required", "confirmed": False, "dispatched": False, "action": ACTION,
+            "preview": preview(will_run), **token_offer(token, expires_ms, ttl_s, mode)}
+
+
+def confirmation_unsupported(cause: UnsupportedCause) -> dict[str, Any]:
+    note = (
+        f"Nothing was done: {_UNSUPPORTED_WHY[cause]}, and this action is never taken without a confirmation. "
+        "Set MCP_CONFIRM_MODE=ask-user to allow two-step confirmation."
+    )
+    return {"confirmed": False, "dispatched": False, "action": ACTION, "reason": "confirmation-unsupported",
+            "note": note}
+
+
+def _rejected(error: str, note: str) -> dict[str, Any]:
+    return {"status": "confirmation-rejected", "confirmed": False, "dispatched": False, "error": error,
+            "action": ACTION, "note": note}
+
+
+def rejection(error: str) -> dict[str, Any]:
+    """TOKEN_REUSED, TOKEN_EXPIRED or TOKEN_INVALID; DRAFT_CHANGED has its own builder."""
+    return _rejected(error, _REJECTION_NOTES[error])
+
+
+def draft_changed(will_run: dict[str, Any], offer: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Path 3 passes a token_offer; path 1 has no token to offer and passes none."""
+    included = "the current preview and a fresh confirmToken are included" if offer else (
+        "the current preview is included; call again to confirm it")
+    note = f"Nothing was run: what would run no longer matches what was approved; {included}."
+    return {**_rejected(DRAFT_CHANGED, note), "reason": "payload-changed", "preview": preview(will_run),
+            **(offer or {})}
+
+
+def not_confirmed() -> dict[str, Any]:
+    return {"confirmed": False, "cancelled": True, "action": ACTION,
+            "note": "Nothing was run: the confirmation was declined, cancelled, or left unchecked."}
+
+
+def elicitation_question(will_run: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The form asked on paths 1 and 2: (message, requestedSchema)."""
+    details = json.dumps({"action": ACTION, "details": will_run}, indent=2, ensure_ascii=False)
+    schema = {
+        "type": "object",
+        "properties": {
+            "confirmed": {
+                "type": "boolean",
+                "title": "Run this script",
+                "description": "Check to run the script shown above once, exactly as shown.",
+                "default": False,
+            }
+        },
+        "required": ["confirmed"],
+    }
+    return f"Review and confirm running this skill script:\n{details}", schema
