@@ -1,0 +1,181 @@
+"""Environment mapping → Config, read once at boot (SPEC §2). Pure: no I/O beyond the given mapping."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from skill_mcp.limits import MAX_SKILLS_CEILING, MAX_SKILLS_DEFAULT
+
+BUNDLED_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "skills")
+
+TTL_DEFAULT_SECONDS = 600
+TTL_MAX_SECONDS = 86400
+CONFIRM_MODES = ("ask-user", "auto", "refuse")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "console")
+HOSTED_MARKERS = ("MCP_SKILLS_PATH", "MCP_HOST_METER_FILE", "MCP_DATA_DIR", "MCP_BLOB_BASE_URL")
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
+# setrlimit takes a 64-bit value; anything larger could only fail in the child at spawn time.
+RLIMIT_MAX = 2**62
+MIB = 1048576
+
+_DIGITS = re.compile(r"[0-9]+")
+_TTL = re.compile(r"[1-9][0-9]*")
+# More digits than this are "huge": int() would refuse past 4300 digits, and no limit here needs them.
+_MAX_DIGITS = 19
+_HUGE = 10**_MAX_DIGITS
+
+
+@dataclass(frozen=True)
+class ConfigWarning:
+    """One `config.warning` event: the variable and what is wrong, never its value."""
+
+    variable: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class Config:
+    """Boot configuration. `confirm_mode` is effective: an unknown mode or invalid TTL makes it
+    `refuse`, and `confirm_mode_reason` ("mode-unknown" | "ttl-invalid") says why."""
+
+    roots: tuple[str, ...]
+    roots_from: str
+    hosted: bool
+    grant_raw: str | None
+    allow_unscrubbed: bool
+    data_dir: str | None
+    confirm_mode: str
+    confirm_mode_reason: str | None
+    elicitation: bool
+    ttl_seconds: int
+    confirm_secret: str | None
+    host_confirm_secret: str | None
+    max_skills: int
+    node_override: str | None
+    python_override: str | None
+    rlimit_nproc: int | None
+    rlimit_as_mb: int | None
+    log_level: str
+    log_format: str
+    egress_fenced: bool
+    proxy_set: bool
+
+
+def read_var(environ: Mapping[str, str], name: str) -> str | None:
+    """The unset rule (§2.1): the stripped value, or None when absent, blank, null-ish or a placeholder."""
+    raw = environ.get(name)
+    if raw is None:
+        return None
+    value = raw.strip()
+    if value in ("", "undefined", "null") or (value.startswith("${") and value.endswith("}")):
+        return None
+    return value
+
+
+def load_config(environ: Mapping[str, str], cwd: str, bundled_root: str) -> tuple[Config, list[ConfigWarning]]:
+    """Build the boot configuration; a malformed value falls back and adds a warning, never raises."""
+    warnings: list[ConfigWarning] = []
+
+    def var(name: str) -> str | None:
+        return read_var(environ, name)
+
+    def choice(name: str, allowed: tuple[str, ...], default: str, fallback: str) -> tuple[str, bool]:
+        """The lowercased value if allowed (or the default when unset), and whether it was recognised."""
+        value = var(name)
+        if value is None:
+            return default, True
+        if value.lower() in allowed:
+            return value.lower(), True
+        warnings.append(ConfigWarning(name, f"not one of {', '.join(allowed)}; using {fallback}"))
+        return fallback, False
+
+    def positive(name: str, ceiling: int) -> int | None:
+        value = var(name)
+        number = _decimal(value)
+        if value is not None and (number is None or not 1 <= number <= ceiling):
+            warnings.append(ConfigWarning(name, f"not a positive decimal integer up to {ceiling}; limit not applied"))
+            return None
+        return number
+
+    roots, roots_from = _roots(var, cwd, bundled_root)
+
+    mode, mode_known = choice("MCP_CONFIRM_MODE", CONFIRM_MODES, "ask-user", "refuse")
+    mode_reason = None if mode_known else "mode-unknown"
+    ttl = _ttl(var("MCP_CONFIRM_TTL_SECONDS"))
+    if ttl is None:
+        warnings.append(ConfigWarning(
+            "MCP_CONFIRM_TTL_SECONDS",
+            f"not a decimal integer from 1 to {TTL_MAX_SECONDS}; confirmation mode becomes refuse",
+        ))
+        mode_reason = "ttl-invalid"
+    elicitation, _ = choice("MCP_CONFIRM_ELICITATION", ("on", "off"), "on", "on")
+    log_level, _ = choice("MCP_LOG_LEVEL", LOG_LEVELS, "info", "info")
+    log_format, _ = choice("MCP_LOG_FORMAT", LOG_FORMATS, "json", "json")
+
+    config = Config(
+        roots=roots,
+        roots_from=roots_from,
+        hosted=any(var(name) is not None for name in HOSTED_MARKERS),
+        grant_raw=var("MCP_SKILL_RUN"),
+        allow_unscrubbed=var("MCP_SKILL_ALLOW_UNSCRUBBED") == "1",
+        data_dir=var("MCP_DATA_DIR"),
+        confirm_mode="refuse" if mode_reason else mode,
+        confirm_mode_reason=mode_reason,
+        elicitation=elicitation != "off",
+        ttl_seconds=ttl or TTL_DEFAULT_SECONDS,
+        confirm_secret=var("MCP_CONFIRM_SECRET"),
+        host_confirm_secret=var("MCP_HOST_CONFIRM_SECRET"),
+        max_skills=_max_skills(var("MCP_MAX_SKILLS"), warnings),
+        node_override=var("MCP_SKILL_NODE"),
+        python_override=var("MCP_SKILL_PYTHON"),
+        rlimit_nproc=positive("MCP_SKILL_RLIMIT_NPROC", RLIMIT_MAX),
+        rlimit_as_mb=positive("MCP_SKILL_RLIMIT_AS_MB", RLIMIT_MAX // MIB),
+        log_level=log_level,
+        log_format=log_format,
+        egress_fenced=var("MCP_EGRESS_FENCED") == "1",
+        proxy_set=any(var(name) is not None for name in PROXY_VARIABLES),
+    )
+    return config, warnings
+
+
+def _roots(var: Callable[[str], str | None], cwd: str, bundled_root: str) -> tuple[tuple[str, ...], str]:
+    for name in ("MCP_SKILLS_PATH", "SKILLS_DIR"):
+        parts = [part.strip() for part in (var(name) or "").split(":")]
+        roots = tuple(os.path.abspath(os.path.join(cwd, part)) for part in parts if part)
+        if roots:
+            return roots, name
+    return (os.path.abspath(os.path.join(cwd, bundled_root)),), "default"
+
+
+def _decimal(value: str | None) -> int | None:
+    """A non-negative decimal integer; huge digit strings collapse to one value above every limit."""
+    if value is None or not _DIGITS.fullmatch(value):
+        return None
+    digits = value.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MAX_DIGITS else _HUGE
+
+
+def _ttl(value: str | None) -> int | None:
+    if value is None:
+        return TTL_DEFAULT_SECONDS
+    number = _decimal(value) if _TTL.fullmatch(value) else None
+    return number if number is not None and number <= TTL_MAX_SECONDS else None
+
+
+def _max_skills(value: str | None, warnings: list[ConfigWarning]) -> int:
+    if value is None:
+        return MAX_SKILLS_DEFAULT
+    number = _decimal(value)
+    if number is None or number < 1:
+        warnings.append(ConfigWarning("MCP_MAX_SKILLS", f"not an integer of at least 1; using {MAX_SKILLS_DEFAULT}"))
+        return MAX_SKILLS_DEFAULT
+    if number > MAX_SKILLS_CEILING:
+        problem = f"above {MAX_SKILLS_CEILING}; clamped to {MAX_SKILLS_CEILING}"
+        warnings.append(ConfigWarning("MCP_MAX_SKILLS", problem))
+        return MAX_SKILLS_CEILING
+    return number
+

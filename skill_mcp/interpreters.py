@@ -1,0 +1,76 @@
+"""Resolve the `node` and `python3` paths once at boot (SPEC §2.5); the filesystem edge of configuration."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+from skill_mcp.config import Config, ConfigWarning
+
+
+def server_venv_prefix() -> str | None:
+    """The server's virtual-environment prefix, or None when it runs on a base interpreter."""
+    return sys.prefix if sys.prefix != sys.base_prefix else None
+
+
+def find_interpreters(
+    config: Config, search_path: str | None, server_prefix: str | None
+) -> tuple[dict[str, str], list[ConfigWarning]]:
+    """Runnable interpreter name → absolute path; an unusable override is a warning, never a fallback."""
+    found: dict[str, str] = {}
+    warnings: list[ConfigWarning] = []
+    for name, variable, override in (
+        ("node", "MCP_SKILL_NODE", config.node_override),
+        ("python3", "MCP_SKILL_PYTHON", config.python_override),
+    ):
+        # Scripts must not run on the server's own venv python: it carries the server's packages.
+        venv = server_prefix if name == "python3" else None
+        if override is None:
+            path = _search(name, search_path, venv)
+        else:
+            problem = _override_problem(override, venv)
+            path = None if problem else override
+            if problem:
+                warnings.append(ConfigWarning(variable, f"{problem}; {name} is unavailable"))
+        if path is not None:
+            found[name] = path
+    return found, warnings
+
+
+def _override_problem(path: str, venv: str | None) -> str | None:
+    if not os.path.isabs(path):
+        return "not an absolute path"
+    if not _is_executable_file(path):
+        return "not an existing, executable regular file"
+    if _inside(path, venv):
+        return "inside the server's virtual environment"
+    return None
+
+
+def _search(name: str, search_path: str | None, venv: str | None) -> str | None:
+    for directory in (search_path or "").split(os.pathsep):
+        # A relative PATH entry would depend on the cwd at spawn time; only absolute ones are trusted.
+        if not os.path.isabs(directory):
+            continue
+        candidate = os.path.join(directory, name)
+        if _is_executable_file(candidate) and not _inside(candidate, venv):
+            return candidate
+    return None
+
+
+def _is_executable_file(path: str) -> bool:
+    try:
+        is_regular = stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+    return is_regular and os.access(path, os.X_OK)
+
+
+def _inside(path: str, prefix: str | None) -> bool:
+    """Whether the path, as written or resolved, lies under the prefix (as written or resolved)."""
+    if prefix is None:
+        return False
+    prefixes = {os.path.abspath(prefix), os.path.realpath(prefix)}
+    paths = {os.path.abspath(path), os.path.realpath(path)}
+    return any(p == q or p.startswith(q.rstrip(os.sep) + os.sep) for p in paths for q in prefixes)

@@ -1,0 +1,218 @@
+"""SPEC §2 configuration: unset rule, roots, hosted markers, parsing fallbacks (§17 items 1–16)."""
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from skill_mcp.config import BUNDLED_ROOT, Config, ConfigWarning, load_config, read_var
+
+CWD = "/srv/work"
+BUNDLED = "/pkg/skill_mcp/skills"
+
+
+def load(**environ: str) -> tuple[Config, list[ConfigWarning]]:
+    return load_config(environ, CWD, BUNDLED)
+
+
+def test_defaults_with_an_empty_environment():
+    config, warnings = load()
+    assert warnings == []
+    assert config == Config(
+        roots=(BUNDLED,), roots_from="default", hosted=False, grant_raw=None, allow_unscrubbed=False,
+        data_dir=None, confirm_mode="ask-user", confirm_mode_reason=None, elicitation=True, ttl_seconds=600,
+        confirm_secret=None, host_confirm_secret=None, max_skills=32, node_override=None, python_override=None,
+        rlimit_nproc=None, rlimit_as_mb=None, log_level="info", log_format="json", egress_fenced=False,
+        proxy_set=False,
+    )
+
+
+def test_mcp_skills_path_wins_over_skills_dir():
+    config, _ = load(MCP_SKILLS_PATH="/a", SKILLS_DIR="/b")
+    assert (config.roots, config.roots_from) == (("/a",), "MCP_SKILLS_PATH")
+
+
+def test_empty_parts_are_dropped_and_parts_stripped():
+    config, _ = load(MCP_SKILLS_PATH="/a:: /b :")
+    assert config.roots == ("/a", "/b")
+
+
+def test_duplicates_are_kept_in_order():
+    config, _ = load(SKILLS_DIR="/b:/a:/b")
+    assert config.roots == ("/b", "/a", "/b")
+
+
+def test_skills_dir_alone():
+    config, _ = load(SKILLS_DIR="/b:/c")
+    assert (config.roots, config.roots_from, config.hosted) == (("/b", "/c"), "SKILLS_DIR", False)
+
+
+def test_bundled_root_is_the_package_skills_directory():
+    config, _ = load_config({}, "/somewhere/else", BUNDLED_ROOT)
+    assert config.roots == (BUNDLED_ROOT,)
+    assert os.path.isabs(BUNDLED_ROOT)
+    assert os.path.isfile(os.path.join(BUNDLED_ROOT, "skill-mcp-demo", "SKILL.md"))
+
+
+@pytest.mark.parametrize("value", ["   ", "null", "undefined", "${MCP_SKILLS_PATH}", ""])
+def test_unset_values_of_mcp_skills_path(value):
+    config, _ = load(MCP_SKILLS_PATH=value)
+    assert (config.roots, config.roots_from, config.hosted) == ((BUNDLED,), "default", False)
+
+
+def test_colon_alone_is_hosted_without_roots():
+    config, _ = load(MCP_SKILLS_PATH=":", SKILLS_DIR="/b")
+    assert (config.roots, config.roots_from, config.hosted) == (("/b",), "SKILLS_DIR", True)
+
+
+def test_relative_roots_become_absolute_without_tilde_expansion():
+    config, _ = load(SKILLS_DIR="rel/x:~/skills:../up")
+    assert config.roots == ("/srv/work/rel/x", "/srv/work/~/skills", "/srv/up")
+
+
+@pytest.mark.parametrize("marker", ["MCP_HOST_METER_FILE", "MCP_DATA_DIR", "MCP_BLOB_BASE_URL"])
+def test_skills_dir_plus_a_marker_is_hosted(marker):
+    config, _ = load(SKILLS_DIR="/b", **{marker: "x"})
+    assert config.hosted is True
+
+
+def test_unset_marker_is_not_hosted():
+    config, _ = load(SKILLS_DIR="/b", MCP_DATA_DIR="${MCP_DATA_DIR}", MCP_BLOB_BASE_URL=" null ")
+    assert config.hosted is False
+
+
+@pytest.mark.parametrize(("value", "expected", "problem"), [
+    ("5000", 4096, "above 4096; clamped to 4096"),
+    ("9" * 5000, 4096, "above 4096; clamped to 4096"),
+    ("abc", 32, "not an integer of at least 1; using 32"),
+    ("0", 32, "not an integer of at least 1; using 32"),
+    ("-3", 32, "not an integer of at least 1; using 32"),
+])
+def test_max_skills_fallbacks_warn_once_without_the_value(value, expected, problem):
+    config, warnings = load(MCP_MAX_SKILLS=value)
+    assert config.max_skills == expected
+    assert warnings == [ConfigWarning("MCP_MAX_SKILLS", problem)]
+    assert value not in warnings[0].problem
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("40", 40), ("4096", 4096), (" 040 ", 40)])
+def test_max_skills_valid(value, expected):
+    config, warnings = load(MCP_MAX_SKILLS=value)
+    assert (config.max_skills, warnings) == (expected, [])
+
+
+@pytest.mark.parametrize(("value", "mode"), [("ask-user", "ask-user"), ("AUTO", "auto"), (" Refuse ", "refuse")])
+def test_confirm_mode_known_values(value, mode):
+    config, warnings = load(MCP_CONFIRM_MODE=value)
+    assert (config.confirm_mode, config.confirm_mode_reason, warnings) == (mode, None, [])
+
+
+def test_unknown_confirm_mode_refuses_with_one_warning():
+    config, warnings = load(MCP_CONFIRM_MODE="yolo")
+    assert (config.confirm_mode, config.confirm_mode_reason) == ("refuse", "mode-unknown")
+    assert warnings == [ConfigWarning("MCP_CONFIRM_MODE", "not one of ask-user, auto, refuse; using refuse")]
+
+
+@pytest.mark.parametrize("value", ["0", "010", "abc", "90000", "+5", "-5", "1.5", "86401", "٣"])
+def test_invalid_ttl_makes_the_mode_refuse(value):
+    config, warnings = load(MCP_CONFIRM_MODE="auto", MCP_CONFIRM_TTL_SECONDS=value)
+    assert (config.confirm_mode, config.confirm_mode_reason, config.ttl_seconds) == ("refuse", "ttl-invalid", 600)
+    assert warnings == [ConfigWarning(
+        "MCP_CONFIRM_TTL_SECONDS", "not a decimal integer from 1 to 86400; confirmation mode becomes refuse"
+    )]
+
+
+@pytest.mark.parametrize(("value", "ttl"), [("1", 1), ("86400", 86400), (" 30 ", 30)])
+def test_valid_ttl(value, ttl):
+    config, warnings = load(MCP_CONFIRM_TTL_SECONDS=value)
+    assert (config.ttl_seconds, config.confirm_mode, warnings) == (ttl, "ask-user", [])
+
+
+def test_invalid_ttl_reason_wins_over_unknown_mode():
+    config, warnings = load(MCP_CONFIRM_MODE="yolo", MCP_CONFIRM_TTL_SECONDS="0")
+    assert (config.confirm_mode, config.confirm_mode_reason) == ("refuse", "ttl-invalid")
+    assert [w.variable for w in warnings] == ["MCP_CONFIRM_MODE", "MCP_CONFIRM_TTL_SECONDS"]
+
+
+@pytest.mark.parametrize(("value", "on", "warned"), [
+    ("on", True, False), ("OFF", False, False), ("maybe", True, True),
+])
+def test_elicitation(value, on, warned):
+    config, warnings = load(MCP_CONFIRM_ELICITATION=value)
+    assert config.elicitation is on
+    assert warnings == ([ConfigWarning("MCP_CONFIRM_ELICITATION", "not one of on, off; using on")] if warned else [])
+
+
+def test_log_settings():
+    config, warnings = load(MCP_LOG_LEVEL="ERROR", MCP_LOG_FORMAT="Console")
+    assert (config.log_level, config.log_format, warnings) == ("error", "console", [])
+    config, warnings = load(MCP_LOG_LEVEL="loud", MCP_LOG_FORMAT="xml")
+    assert (config.log_level, config.log_format) == ("info", "json")
+    assert warnings == [
+        ConfigWarning("MCP_LOG_LEVEL", "not one of debug, info, warning, error; using info"),
+        ConfigWarning("MCP_LOG_FORMAT", "not one of json, console; using json"),
+    ]
+
+
+def test_rlimits():
+    config, warnings = load(MCP_SKILL_RLIMIT_NPROC="256", MCP_SKILL_RLIMIT_AS_MB="4096")
+    assert (config.rlimit_nproc, config.rlimit_as_mb, warnings) == (256, 4096, [])
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1e3", "abc", "9" * 30])
+def test_invalid_rlimits_are_not_applied(value):
+    config, warnings = load(MCP_SKILL_RLIMIT_NPROC=value, MCP_SKILL_RLIMIT_AS_MB=value)
+    assert (config.rlimit_nproc, config.rlimit_as_mb) == (None, None)
+    assert [w.variable for w in warnings] == ["MCP_SKILL_RLIMIT_NPROC", "MCP_SKILL_RLIMIT_AS_MB"]
+
+
+@pytest.mark.parametrize(("value", "on"), [
+    ("1", True), (" 1 ", True), ("true", False), ("yes", False), ("01", False),
+])
+def test_exactly_one_flags(value, on):
+    config, _ = load(MCP_EGRESS_FENCED=value, MCP_SKILL_ALLOW_UNSCRUBBED=value)
+    assert (config.egress_fenced, config.allow_unscrubbed) == (on, on)
+
+
+@pytest.mark.parametrize("name", ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"])
+def test_any_proxy_variable_counts(name):
+    assert load(**{name: "http://proxy:3128"})[0].proxy_set is True
+    assert load(**{name: "${HTTPS_PROXY}"})[0].proxy_set is False
+
+
+def test_strings_pass_through_the_unset_rule():
+    config, _ = load(
+        MCP_SKILL_RUN=" [] ", MCP_DATA_DIR="/data", MCP_CONFIRM_SECRET="s1", MCP_HOST_CONFIRM_SECRET="null",
+        MCP_SKILL_NODE="/usr/bin/node", MCP_SKILL_PYTHON="  ",
+    )
+    assert (config.grant_raw, config.data_dir, config.confirm_secret, config.host_confirm_secret) == (
+        "[]", "/data", "s1", None,
+    )
+    assert (config.node_override, config.python_override) == ("/usr/bin/node", None)
+
+
+def test_unset_rule_examples():
+    env = {"A": "${A}", "B": "null", "C": "   ", "D": "undefined", "E": " Null ", "F": " x ", "G": "${a}b"}
+    assert [read_var(env, name) for name in "ABCDEFGH"] == [None, None, None, None, "Null", "x", "${a}b", None]
+
+
+@given(st.text(alphabet=st.characters(categories=["Zs", "Cc"]).filter(str.isspace)))
+def test_whitespace_only_is_unset(value):
+    assert read_var({"V": value}, "V") is None
+
+
+@given(st.sampled_from(["", "null", "undefined"]) | st.text().map(lambda t: "${" + t + "}"), st.text(" \t\n"),
+       st.text(" \t\n"))
+def test_null_words_and_placeholders_are_unset(core, left, right):
+    assert read_var({"V": left + core + right}, "V") is None
+
+
+@given(st.text())
+def test_any_other_value_is_kept_stripped(value):
+    stripped = value.strip()
+    placeholder = stripped.startswith("${") and stripped.endswith("}")
+    if stripped and stripped not in ("null", "undefined") and not placeholder:
+        assert read_var({"V": value}, "V") == stripped
+    else:
+        assert read_var({"V": value}, "V") is None

@@ -1,0 +1,199 @@
+"""SPEC §10 grants: parsing, resolution, narrowing (§17 items 8–10, 13, 125–130)."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from skill_mcp.config import load_config
+from skill_mcp.grants import GrantError, GrantRow, GrantState, apply_grant, parse_grant, resolve_grant
+from skill_mcp.model import Declaration, Problem, RunEntry, Skill
+
+NO_GRANT = GrantState(None, "declaration", None, None)
+BAD_JSON = "Expecting property name enclosed in double quotes at line 1 column 2"
+
+
+def run(script, env=(), interpreter="python3"):
+    return RunEntry(script=script, interpreter=interpreter, env=tuple(env), timeout_ms=60000)
+
+
+def skill(name, *runs, frontmatter_name=None):
+    return Skill(
+        name=name, real_dir=f"/skills/{name}", source="/skills", body="", body_truncated=False, manifest=(),
+        declaration=Declaration(runs=runs), frontmatter={"name": frontmatter_name or name},
+    )
+
+
+def granted(raw):
+    return GrantState(parse_grant(raw), "MCP_SKILL_RUN", None, None)
+
+
+WEATHER = skill("weather", run("scripts/fetch.py", ["WEATHER_API_KEY", "EXTRA"]), run("scripts/plot.js", [], "node"))
+
+
+def resolve(**environ):
+    return resolve_grant(load_config(environ, "/", "/bundled")[0])
+
+
+# Parsing (§10.1)
+
+def test_parse_rows():
+    raw = '[{"skill": "a", "script": "s.py"}, {"skill": "b", "script": "t.js", "env": ["K", "L"]}, ' \
+          '{"script": "u", "env": [], "skill": "c"}]'
+    assert parse_grant(raw) == (
+        GrantRow("a", "s.py", None), GrantRow("b", "t.js", ("K", "L")), GrantRow("c", "u", ()),
+    )
+
+
+def test_empty_array_is_valid():
+    assert parse_grant(" [] ") == ()
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("{not json", f"MCP_SKILL_RUN is not valid JSON: {BAD_JSON}"),
+    ('{"skill": "a", "script": "b"}', "MCP_SKILL_RUN must be a JSON array of objects"),
+    ("[1]", "MCP_SKILL_RUN row 0 is not an object"),
+    ('[{"skill": "a", "script": "b"}, {"skill": "a"}]', 'MCP_SKILL_RUN row 1 is missing "script"'),
+    ('[{"skill": "", "script": "b"}]', 'MCP_SKILL_RUN row 0: "skill" must be a non-empty string'),
+    ('[{"skill": "a", "script": 3}]', 'MCP_SKILL_RUN row 0: "script" must be a non-empty string'),
+    ('[{"skill": "a", "script": "b", "envs": []}]',
+     "MCP_SKILL_RUN row 0 has an unknown key (allowed: skill, script, env)"),
+    ('[{"skill": "a", "script": "b", "env": "K"}]', 'MCP_SKILL_RUN row 0: "env" must be an array of strings'),
+    ('[{"skill": "a", "script": "b", "env": ["K", 1]}]', 'MCP_SKILL_RUN row 0: "env" must be an array of strings'),
+    ('[{"skill": "a", "script": "b", "env": null}]', 'MCP_SKILL_RUN row 0: "env" must be an array of strings'),
+    ('[{"skill": "a", "script": "b", "skill": "c"}]', "MCP_SKILL_RUN row 0 repeats a key"),
+    ("[" * 100000, "MCP_SKILL_RUN is not valid JSON (nested too deeply or a number too long)"),
+    ("[" + "1" * 5000 + "]", "MCP_SKILL_RUN is not valid JSON (nested too deeply or a number too long)"),
+])
+def test_grant_errors_name_the_variable_and_row(raw, message):
+    with pytest.raises(GrantError) as caught:
+        parse_grant(raw)
+    assert str(caught.value) == message
+
+
+# Resolution (§10.2)
+
+def test_malformed_grant_grants_nothing():
+    state = resolve(MCP_SKILL_RUN="{not json", SKILLS_DIR="/b")
+    assert state == GrantState(
+        (), "MCP_SKILL_RUN",
+        f"MCP_SKILL_RUN is not valid JSON: {BAD_JSON}; nothing is granted, so no script may run until it is fixed",
+        None,
+    )
+
+
+def test_standalone_without_grant_is_declaration():
+    assert resolve(SKILLS_DIR="/b") == NO_GRANT
+
+
+def test_hosted_without_grant_is_hosted_default():
+    state = resolve(MCP_SKILLS_PATH="/a")
+    assert (state.rows, state.grant_from, state.grant_error) == ((), "hosted-default", None)
+    assert "MCP_SKILL_RUN" in state.grant_note
+    assert "nothing may run" in state.grant_note
+
+
+@pytest.mark.parametrize("raw", ["[]", '[{"skill": "a", "script": "b"}]'])
+def test_explicit_grant_beats_the_hosted_default(raw):
+    state = resolve(MCP_SKILLS_PATH="/a", MCP_SKILL_RUN=raw)
+    assert (state.grant_from, state.grant_error, state.grant_note) == ("MCP_SKILL_RUN", None, None)
+    assert state.rows == parse_grant(raw)
+
+
+def test_unset_grant_value_is_no_grant():
+    assert resolve(MCP_SKILL_RUN="null") == NO_GRANT
+
+
+# Applying (§10.3)
+
+def test_no_grant_keeps_declared_runs():
+    assert apply_grant([WEATHER], NO_GRANT) == ({"weather": WEATHER.declaration.runs}, [])
+
+
+def test_granting_one_of_two_scripts_keeps_only_it():
+    effective, problems = apply_grant([WEATHER], granted('[{"skill": "weather", "script": "scripts/plot.js"}]'))
+    assert (effective, problems) == ({"weather": (run("scripts/plot.js", [], "node"),)}, [])
+    assert WEATHER.declaration.runs[0].script == "scripts/fetch.py"
+
+
+def test_env_is_declared_intersect_granted():
+    grant = granted('[{"skill": "weather", "script": "scripts/fetch.py", '
+                    '"env": ["WEATHER_API_KEY", "NEIGHBOUR_KEY"]}]')
+    effective, problems = apply_grant([WEATHER], grant)
+    assert effective == {"weather": (run("scripts/fetch.py", ["WEATHER_API_KEY"]),)}
+    assert problems == [Problem("/skills/weather", "grant", (
+        'MCP_SKILL_RUN row 0 grants variable "NEIGHBOUR_KEY" to script "scripts/fetch.py" of skill "weather", '
+        "which the script does not declare, so it is not handed over"
+    ))]
+
+
+def test_row_without_env_grants_no_variables():
+    effective, problems = apply_grant([WEATHER], granted('[{"skill": "weather", "script": "scripts/fetch.py"}]'))
+    assert (effective, problems) == ({"weather": (run("scripts/fetch.py", []),)}, [])
+
+
+def test_rows_for_one_pair_merge_in_declared_order():
+    grant = granted('[{"skill": "weather", "script": "scripts/fetch.py", "env": ["EXTRA"]}, '
+                    '{"skill": "weather", "script": "scripts/fetch.py", "env": ["WEATHER_API_KEY"]}]')
+    effective, problems = apply_grant([WEATHER], grant)
+    assert effective == {"weather": (run("scripts/fetch.py", ["WEATHER_API_KEY", "EXTRA"]),)}
+    assert problems == []
+
+
+def test_undeclared_script_grants_nothing():
+    effective, problems = apply_grant([WEATHER], granted('[{"skill": "weather", "script": "scripts/evil.js"}]'))
+    assert effective == {"weather": ()}
+    assert problems == [Problem("/skills/weather", "grant", (
+        'MCP_SKILL_RUN row 0 names script "scripts/evil.js" of skill "weather", '
+        "which the skill does not declare in mcp-host.run, so it grants nothing"
+    ))]
+
+
+def test_unserved_skill_problem_has_the_variable_as_path():
+    _, problems = apply_grant([WEATHER], granted('[{"skill": "ghost", "script": "scripts/evil.js"}]'))
+    assert problems == [Problem("MCP_SKILL_RUN", "grant", (
+        'MCP_SKILL_RUN row 0 names skill "ghost" (script "scripts/evil.js"), '
+        "which is not served, so it grants nothing"
+    ))]
+
+
+def test_rows_match_the_directory_name_not_the_frontmatter_name():
+    claimed = skill("aaa", run("scripts/fetch.py"), frontmatter_name="weather")
+    grant = granted('[{"skill": "aaa", "script": "scripts/fetch.py"}, '
+                    '{"skill": "weather", "script": "scripts/fetch.py"}]')
+    effective, problems = apply_grant([claimed], grant)
+    assert effective == {"aaa": (run("scripts/fetch.py"),)}
+    assert [p.path for p in problems] == ["MCP_SKILL_RUN"]
+
+
+def test_empty_grant_grants_nothing_and_keeps_declarations():
+    effective, problems = apply_grant([WEATHER], granted("[]"))
+    assert (effective, problems) == ({"weather": ()}, [])
+    assert len(WEATHER.declaration.runs) == 2
+
+
+def test_problems_follow_row_order_one_per_offending_row_or_name():
+    grant = granted('[{"skill": "ghost", "script": "x"}, '
+                    '{"skill": "weather", "script": "scripts/fetch.py", "env": ["A", "B", "A"]}, '
+                    '{"skill": "weather", "script": "scripts/evil.js"}]')
+    _, problems = apply_grant([WEATHER], grant)
+    assert [(p.path, p.detail.split(" ")[2:5]) for p in problems] == [
+        ("MCP_SKILL_RUN", ["0", "names", "skill"]),
+        ("/skills/weather", ["1", "grants", "variable"]),
+        ("/skills/weather", ["1", "grants", "variable"]),
+        ("/skills/weather", ["2", "names", "script"]),
+    ]
+    assert ['"A"' in problems[1].detail, '"B"' in problems[2].detail] == [True, True]
+
+
+NAMES = st.sampled_from(["A", "B", "C", "D", "E", "F"])
+
+
+@given(st.lists(NAMES, unique=True), st.lists(st.lists(NAMES) | st.none(), min_size=1, max_size=4))
+def test_effective_env_is_declared_intersect_granted_in_declared_order(declared, row_envs):
+    target = skill("s", run("x.py", declared))
+    rows = tuple(GrantRow("s", "x.py", None if env is None else tuple(env)) for env in row_envs)
+    grant = GrantState(rows, "MCP_SKILL_RUN", None, None)
+    effective, problems = apply_grant([target], grant)
+    union = {name for env in row_envs for name in env or ()}
+    assert effective["s"][0].env == tuple(name for name in declared if name in union)
+    assert len(problems) == sum(len(set(env or ()) - set(declared)) for env in row_envs)

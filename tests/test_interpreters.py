@@ -1,0 +1,121 @@
+"""SPEC §2.5 interpreter lookup (§17 items 17–18), against fake interpreters in a tmp dir."""
+
+import os
+import sys
+
+import pytest
+
+from skill_mcp.config import ConfigWarning, load_config
+from skill_mcp.interpreters import find_interpreters, server_venv_prefix
+
+
+def executable(path, mode=0o755):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write("#!/bin/sh\n")
+    os.chmod(path, mode)
+    return str(path)
+
+
+def config(**environ):
+    return load_config(environ, "/", "/bundled")[0]
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A fake server venv with python3 first on PATH, and system dirs holding node and python3."""
+    venv = tmp_path / "venv"
+    executable(venv / "bin" / "python3")
+    executable(tmp_path / "usr" / "bin" / "python3")
+    executable(tmp_path / "usr" / "bin" / "node")
+    search = os.pathsep.join([str(venv / "bin"), str(tmp_path / "usr" / "bin")])
+    return tmp_path, str(venv), search
+
+
+def test_lookup_skips_the_venv_python3_first_on_path(tree):
+    root, venv, search = tree
+    found, warnings = find_interpreters(config(), search, venv)
+    assert found == {"node": str(root / "usr" / "bin" / "node"), "python3": str(root / "usr" / "bin" / "python3")}
+    assert warnings == []
+
+
+def test_without_a_venv_the_first_python3_wins(tree):
+    _, venv, search = tree
+    found, _ = find_interpreters(config(), search, None)
+    assert found["python3"] == os.path.join(venv, "bin", "python3")
+
+
+def test_a_link_into_the_venv_is_skipped_by_its_real_path(tree):
+    root, venv, _ = tree
+    os.makedirs(root / "links")
+    os.symlink(os.path.join(venv, "bin", "python3"), root / "links" / "python3")
+    found, _ = find_interpreters(config(), str(root / "links"), venv)
+    assert "python3" not in found
+
+
+def test_a_venv_named_through_a_link_is_still_recognised(tree):
+    root, venv, _ = tree
+    os.symlink(venv, root / "venv-link")
+    found, _ = find_interpreters(config(), os.path.join(venv, "bin"), str(root / "venv-link"))
+    assert "python3" not in found
+
+
+def test_missing_interpreters_are_not_listed(tmp_path):
+    found, warnings = find_interpreters(config(), str(tmp_path), None)
+    assert (found, warnings) == ({}, [])
+    assert find_interpreters(config(), None, None) == ({}, [])
+
+
+def test_lookup_skips_directories_non_executables_and_relative_entries(tmp_path):
+    os.makedirs(tmp_path / "a" / "node")
+    executable(tmp_path / "b" / "node", mode=0o644)
+    executable(tmp_path / "c" / "node")
+    search = os.pathsep.join(["", "relative", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")])
+    found, _ = find_interpreters(config(), search, None)
+    assert found == {"node": str(tmp_path / "c" / "node")}
+
+
+def test_override_is_authoritative_with_no_fallback(tree):
+    root, venv, search = tree
+    node = executable(root / "opt" / "node")
+    found, warnings = find_interpreters(config(MCP_SKILL_NODE=node, MCP_SKILL_PYTHON="/nope/python3"), search, venv)
+    assert found == {"node": node}
+    assert warnings == [ConfigWarning(
+        "MCP_SKILL_PYTHON", "not an existing, executable regular file; python3 is unavailable"
+    )]
+
+
+def test_relative_override_is_unavailable(tree):
+    _, venv, search = tree
+    found, warnings = find_interpreters(config(MCP_SKILL_PYTHON="usr/bin/python3"), search, venv)
+    assert "python3" not in found
+    assert warnings == [ConfigWarning("MCP_SKILL_PYTHON", "not an absolute path; python3 is unavailable")]
+
+
+def test_override_inside_the_venv_is_unavailable(tree):
+    _, venv, search = tree
+    found, warnings = find_interpreters(config(MCP_SKILL_PYTHON=os.path.join(venv, "bin", "python3")), search, venv)
+    assert "python3" not in found
+    assert warnings == [
+        ConfigWarning("MCP_SKILL_PYTHON", "inside the server's virtual environment; python3 is unavailable")
+    ]
+
+
+def test_override_linking_to_a_directory_is_unavailable(tree):
+    root, _, search = tree
+    os.symlink(root / "usr", root / "node-dir")
+    found, warnings = find_interpreters(config(MCP_SKILL_NODE=str(root / "node-dir")), search, None)
+    assert "node" not in found
+    assert [w.variable for w in warnings] == ["MCP_SKILL_NODE"]
+
+
+def test_override_link_to_an_executable_is_followed(tree):
+    root, _, search = tree
+    os.symlink(root / "usr" / "bin" / "node", root / "node-link")
+    found, _ = find_interpreters(config(MCP_SKILL_NODE=str(root / "node-link")), search, None)
+    assert found["node"] == str(root / "node-link")
+
+
+def test_server_venv_prefix_reads_sys():
+    expected = sys.prefix if sys.prefix != sys.base_prefix else None
+    assert server_venv_prefix() == expected
