@@ -1,0 +1,141 @@
+"""SKILL.md text → (frontmatter mapping, body), or a FrontmatterError with a position (SPEC §4.1–4.2, §4.5)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import re
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.composer import MaxDepthExceededError
+from ruamel.yaml.constructor import ConstructorError, SafeConstructor
+from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.scanner import Scanner
+from ruamel.yaml.tokens import AliasToken, AnchorToken, DirectiveToken, TagToken
+
+from skill_mcp.limits import MAX_FRONTMATTER_BYTES, MAX_YAML_DEPTH
+
+_OPENER = re.compile(r"---\r?\n")
+_CLOSER = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")
+# The raw YAML starts on SKILL.md's second line; ruamel counts lines and columns from 0.
+_FIRST_YAML_LINE = 2
+_NOT_YAML = "SKILL.md frontmatter is not valid YAML: "
+
+
+class FrontmatterError(Exception):
+    """The frontmatter block is missing, unclosed, too large, not YAML, refused, or not a mapping."""
+
+
+def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
+    """Split SKILL.md into its parsed frontmatter mapping and its body, verbatim."""
+    opener = _OPENER.match(text)
+    if opener is None:
+        raise FrontmatterError('SKILL.md does not begin with a "---" frontmatter block')
+    closer = _CLOSER.search(text, opener.end())
+    if closer is None:
+        raise FrontmatterError('the SKILL.md frontmatter block is never closed (no "---" line after the opening one)')
+    raw_yaml = text[opener.end() : closer.start() + 1]
+    size = len(raw_yaml.encode("utf-8", "surrogatepass"))
+    if size > MAX_FRONTMATTER_BYTES:
+        raise FrontmatterError(
+            f"the SKILL.md frontmatter block is {size} bytes, over the {MAX_FRONTMATTER_BYTES}-byte cap"
+        )
+    frontmatter = _load_yaml(raw_yaml)
+    if not isinstance(frontmatter, dict):
+        raise FrontmatterError("SKILL.md frontmatter is not a mapping of keys to values")
+    return frontmatter, text[closer.end() :]
+
+
+def _load_yaml(raw_yaml: str) -> Any:
+    # A fresh instance per parse: ruamel leaves an instance unusable after a depth error.
+    yaml = YAML(typ="safe", pure=True)
+    yaml.max_depth = MAX_YAML_DEPTH
+    yaml.Scanner = _RefusingScanner
+    yaml.Constructor = _Constructor
+    try:
+        return yaml.load(raw_yaml)
+    except MaxDepthExceededError as error:
+        raise FrontmatterError(
+            f"{_NOT_YAML}nesting is deeper than {MAX_YAML_DEPTH} levels"
+            + _position(error.problem_mark)
+        ) from None
+    except MarkedYAMLError as error:
+        problem = ", ".join(part for part in (error.context, error.problem) if part)
+        raise FrontmatterError(
+            f"{_NOT_YAML}{problem}" + _position(error.problem_mark or error.context_mark)
+        ) from None
+    except RecursionError:
+        raise FrontmatterError(f"{_NOT_YAML}nesting is too deep") from None
+    except (TypeError, ValueError) as error:
+        # The constructor raises these bare, e.g. for a timestamp 2024-13-45 or a list inside a key.
+        raise FrontmatterError(f"{_NOT_YAML}{error}") from None
+
+
+class _RefusingScanner(Scanner):
+    """Refuses anchors, aliases, directives and explicit tags as the parser takes them.
+
+    Tokens, not text: `*` or `&` inside a plain scalar (`Run *all* tests`) is no anchor.
+    """
+
+    def get_token(self) -> Any:
+        token = super().get_token()
+        if isinstance(token, (AnchorToken, AliasToken)):
+            sigil = "&" if isinstance(token, AnchorToken) else "*"
+            used = f'an anchor or alias ("{sigil}{token.value}")'
+        elif isinstance(token, DirectiveToken):
+            used = f"a directive (%{token.name})"
+        elif isinstance(token, TagToken):
+            used = f'the tag "{_tag_text(token.value)}"'
+        else:
+            return token
+        raise FrontmatterError(f"SKILL.md frontmatter uses {used}, which is refused" + _position(token.start_mark))
+
+
+class _Constructor(SafeConstructor):
+    def construct_yaml_int(self, node: Any) -> int:
+        # Python writes at most 4300 decimal digits; a longer hex integer would break every JSON echo.
+        try:
+            value = super().construct_yaml_int(node)
+            repr(value)
+        except ValueError:
+            raise ConstructorError(None, None, "the integer is too large", node.start_mark) from None
+        return value
+
+
+_Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
+
+
+def _tag_text(value: tuple[str | None, str]) -> str:
+    handle, suffix = value
+    if handle is not None:
+        return handle + suffix
+    return suffix if suffix == "!" else f"!<{suffix}>"
+
+
+def _position(mark: Any) -> str:
+    if mark is None:
+        return ""
+    return f" (line {mark.line + _FIRST_YAML_LINE}, column {mark.column + 1})"
+
+
+def frontmatter_to_json(value: Any) -> Any:
+    """The parsed frontmatter as JSON-able data: dates as ISO 8601, non-finite floats as YAML text (§4.5)."""
+    if isinstance(value, dict):
+        return {json_key(key): frontmatter_to_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [frontmatter_to_json(item) for item in value]
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    return value
+
+
+def json_key(key: Any) -> str:
+    """A mapping key as JSON object text: strings unchanged, anything else as its JSON text (`1` → "1")."""
+    converted = frontmatter_to_json(key)
+    if isinstance(converted, str):
+        return converted
+    return json.dumps(converted, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,191 @@
+"""SKILL.md splitting, the YAML rules and the JSON echo (SPEC §4.1, §4.2, §4.5; acceptance 48–54)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from skill_mcp.frontmatter import FrontmatterError, frontmatter_to_json, json_key, parse_skill_md
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(FrontmatterError) as caught:
+        parse_skill_md(text)
+    return str(caught.value)
+
+
+# §4.1 splitting
+
+
+def test_body_is_verbatim_including_a_later_delimiter():
+    body = "# Title\n\n---\nmore\n---\n  trailing  \n"
+    assert parse_skill_md("---\nname: a\n---\n" + body) == ({"name": "a"}, body)
+
+
+def test_crlf_opener_and_closer():
+    assert parse_skill_md("---\r\nname: a\r\n---\r\nbody\r\n") == ({"name": "a"}, "body\r\n")
+
+
+def test_closer_may_carry_spaces_and_tabs_and_end_the_text():
+    assert parse_skill_md("---\nname: a\n--- \t") == ({"name": "a"}, "")
+    assert parse_skill_md("---\nname: a\n---  \nbody") == ({"name": "a"}, "body")
+
+
+def test_a_dashes_line_with_more_text_does_not_close():
+    assert error_of("---\nname: a\n---x\n") == (
+        'the SKILL.md frontmatter block is never closed (no "---" line after the opening one)'
+    )
+
+
+@pytest.mark.parametrize("text", ["name: a\n---\n", "\ufeff---\nname: a\n---\n", "--- \nname: a\n---\n", "---", ""])
+def test_missing_opener(text):
+    assert error_of(text) == 'SKILL.md does not begin with a "---" frontmatter block'
+
+
+@pytest.mark.parametrize("text", ["---\nname: a\n", "---\n---\n", "---\nname: a\nbody --- here\n"])
+def test_unclosed_block(text):
+    assert "never closed" in error_of(text)
+
+
+def test_empty_block_is_not_a_mapping():
+    assert error_of("---\n\n---\n") == "SKILL.md frontmatter is not a mapping of keys to values"
+
+
+def test_block_over_65536_bytes():
+    raw = "a: " + "é" * 32767 + "\n"  # 3 + 65534 + 1 bytes
+    assert error_of(f"---\n{raw}---\n") == "the SKILL.md frontmatter block is 65538 bytes, over the 65536-byte cap"
+
+
+def test_block_of_exactly_65536_bytes_is_read():
+    raw = "a: " + "x" * 65532 + "\n"
+    assert parse_skill_md(f"---\n{raw}---\n") == ({"a": "x" * 65532}, "")
+
+
+# §4.2 YAML rules
+
+
+def test_yaml_errors_are_positioned_in_skill_md():
+    assert error_of("---\nname: a\nb: [1\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: while parsing a flow sequence, "
+        "expected ',' or ']', but got '<stream end>' (line 4, column 1)"
+    )
+    assert error_of("---\nname: a\n\tb: 1\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: while scanning for the next token, "
+        "found character '\\t' that cannot start any token (line 3, column 1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("a: &x 1\nb: *x\n", 'SKILL.md frontmatter uses an anchor or alias ("&x"), which is refused (line 2, column 4)'),
+        ("a: *x\n", 'SKILL.md frontmatter uses an anchor or alias ("*x"), which is refused (line 2, column 4)'),
+        ("%YAML 1.1\n--- {a: yes}\n", "SKILL.md frontmatter uses a directive (%YAML), which is refused (line 2, column 1)"),
+        ("%YAML 1.1\n", "SKILL.md frontmatter uses a directive (%YAML), which is refused (line 2, column 1)"),
+        ("%TAG !e! tag:e.com,2000:\n--- {a: 1}\n", "SKILL.md frontmatter uses a directive (%TAG), which is refused (line 2, column 1)"),
+        ("a: 1\nb: !!binary aGk=\n", 'SKILL.md frontmatter uses the tag "!!binary", which is refused (line 3, column 4)'),
+        ("a: !!set {x}\n", 'SKILL.md frontmatter uses the tag "!!set", which is refused (line 2, column 4)'),
+        ("a: !!str x\n", 'SKILL.md frontmatter uses the tag "!!str", which is refused (line 2, column 4)'),
+        ("a: !foo x\n", 'SKILL.md frontmatter uses the tag "!foo", which is refused (line 2, column 4)'),
+        ("a: ! x\n", 'SKILL.md frontmatter uses the tag "!", which is refused (line 2, column 4)'),
+        ("a: !<tag:e.com,2000:x> x\n", 'SKILL.md frontmatter uses the tag "!<tag:e.com,2000:x>", which is refused (line 2, column 4)'),
+        ("a:\n  - !!map {}\n", 'SKILL.md frontmatter uses the tag "!!map", which is refused (line 3, column 5)'),
+    ],
+)
+def test_refused_yaml_features(raw, expected):
+    assert error_of(f"---\n{raw}---\n") == expected
+
+
+def test_star_and_ampersand_inside_scalars_are_fine():
+    text = "---\ndescription: Run *all* tests\nnote: Q &A\nquoted: '&x *y !z'\n---\n"
+    assert parse_skill_md(text)[0] == {"description": "Run *all* tests", "note": "Q &A", "quoted": "&x *y !z"}
+
+
+def test_duplicate_keys_are_refused():
+    assert error_of("---\na: 1\na: 2\n---\n") == (
+        'SKILL.md frontmatter is not valid YAML: while constructing a mapping, '
+        'found duplicate key "a" with value "2" (original value: "1") (line 3, column 1)'
+    )
+
+
+def test_multiple_documents_are_refused():
+    assert error_of("---\na: 1\n--- {b: 2}\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: expected a single document in the stream, "
+        "but found another document (line 3, column 1)"
+    )
+
+
+@pytest.mark.parametrize("raw", ["- a\n- b\n", "just text\n", "42\n", "null\n"])
+def test_non_mapping_values(raw):
+    assert error_of(f"---\n{raw}---\n") == "SKILL.md frontmatter is not a mapping of keys to values"
+
+
+def test_yaml_1_2_core_resolution():
+    raw = "a: yes\nb: on\nc: no\nd: off\ne: 017\nf: 0o17\ng: true\nh: ~\ni: 1.5\n"
+    assert parse_skill_md(f"---\n{raw}---\n")[0] == {
+        "a": "yes", "b": "on", "c": "no", "d": "off", "e": 17, "f": 15, "g": True, "h": None, "i": 1.5,
+    }
+
+
+def test_dates_stay_date_values():
+    frontmatter = parse_skill_md("---\nd: 2024-01-02\nt: 2024-01-02 10:00:00\n---\n")[0]
+    assert frontmatter == {"d": datetime.date(2024, 1, 2), "t": datetime.datetime(2024, 1, 2, 10, 0)}
+
+
+def test_impossible_date_is_a_yaml_error():
+    assert error_of("---\nd: 2024-13-45\n---\n") == "SKILL.md frontmatter is not valid YAML: month must be in 1..12"
+
+
+@pytest.mark.parametrize("number", ["9" * 5000, "0x" + "f" * 5000])
+def test_integer_too_large_to_write_is_a_yaml_error(number):
+    assert error_of(f"---\nname: a\nn: {number}\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: the integer is too large (line 3, column 4)"
+    )
+
+
+def nested(levels: int) -> str:
+    """A mapping whose leaf scalar is `levels` nodes deep, counting the top mapping as one."""
+    return "---\n" + "".join("  " * depth + f"k{depth}:\n" for depth in range(levels - 2)) + "  " * (levels - 2) + "k: v\n---\n"
+
+
+def test_sixteen_levels_are_allowed():
+    frontmatter = parse_skill_md(nested(16))[0]
+    for depth in range(14):
+        frontmatter = frontmatter[f"k{depth}"]
+    assert frontmatter == {"k": "v"}
+
+
+def test_seventeen_levels_are_refused_and_the_next_parse_still_works():
+    assert error_of(nested(17)) == (
+        "SKILL.md frontmatter is not valid YAML: nesting is deeper than 16 levels (line 17, column 31)"
+    )
+    assert parse_skill_md("---\nname: a\non: yes\n---\n") == ({"name": "a", "on": "yes"}, "")
+
+
+def test_deep_flow_nesting_is_refused():
+    assert "nesting is deeper than 16 levels" in error_of("---\na: " + "[" * 5000 + "]" * 5000 + "\n---\n")
+
+
+# §4.5 JSON echo
+
+
+def test_frontmatter_to_json():
+    raw = (
+        "1: one\nfalse: f\nnull: n\n2024-01-02: d\n[1, 2]: pair\n"
+        "date: 2024-01-02\nstamp: 2024-01-02T03:04:05Z\nnaive: 2024-01-02 10:00:00\n"
+        "nan: .nan\ninf: .inf\nninf: -.inf\nnested: {list: [1, 2.5, {x: 2001-12-14}]}\n"
+    )
+    assert frontmatter_to_json(parse_skill_md(f"---\n{raw}---\n")[0]) == {
+        "1": "one", "false": "f", "null": "n", "2024-01-02": "d", "[1,2]": "pair",
+        "date": "2024-01-02", "stamp": "2024-01-02T03:04:05+00:00", "naive": "2024-01-02T10:00:00",
+        "nan": ".nan", "inf": ".inf", "ninf": "-.inf", "nested": {"list": [1, 2.5, {"x": "2001-12-14"}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [("name", "name"), (1, "1"), (True, "true"), (None, "null"), (1.5, "1.5"), (float("-inf"), "-.inf"), ((1, "é"), '[1,"é"]')],
+)
+def test_json_key(key, text):
+    assert json_key(key) == text
