@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 from skill_mcp.limits import MAX_PATH_CHARS
 
@@ -47,3 +49,47 @@ def describe_refusal(rel: str, reason: str) -> str:
     # A lone surrogate (a non-UTF-8 file name) is escaped so the message itself stays encodable.
     quoted = json.dumps(shown, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
     return f"path {quoted} is not usable: {reason}"
+
+
+class PathRefused(Exception):
+    """A refused path: the tool layer shows `message`, then "\n\nHint: " and `hint`."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class NotRegularFile(PathRefused, OSError):
+    """A directory, FIFO, device…; also an OSError so plain I/O callers of `read_capped` catch it."""
+
+    def __init__(self, subject: str) -> None:
+        super().__init__(f"{subject} is not a regular file", "Only regular files can be read or executed.")
+
+
+def resolve_in_skill(skill_dir: str, rel: str) -> str:
+    """The real path of regular file `rel` inside `skill_dir` (SPEC §6.2); raises PathRefused."""
+    reason = path_refusal(rel)
+    if reason is not None:
+        raise PathRefused(describe_refusal(rel, reason), PATH_HINT)
+    try:
+        real_dir = os.path.realpath(skill_dir, strict=True)
+    except OSError:
+        raise PathRefused(
+            "the skill's directory is not readable",
+            "The skills slot may not be mounted; call skill_list to see what is served.",
+        ) from None
+    try:
+        real = os.path.realpath(os.path.join(real_dir, rel), strict=True)
+        status = os.stat(real)
+    except OSError:
+        raise PathRefused(f'"{rel}" is not a file in this skill', "Call skill_load for the exact files.") from None
+    # Compared with a trailing "/" so a sibling such as "<skill>-evil" is not taken for inside.
+    if real != real_dir and not real.startswith(os.path.join(real_dir, "")):
+        raise PathRefused(
+            f'"{rel}" resolves outside the skill\'s own directory',
+            "A file or symlink may only be read from inside its own skill.",
+        )
+    if not stat.S_ISREG(status.st_mode):
+        raise NotRegularFile(f'"{rel}"')
+    return real

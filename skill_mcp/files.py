@@ -1,0 +1,98 @@
+"""Bounded reads, text-or-base64 encoding and media types (SPEC §6.3–6.5)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from dataclasses import dataclass
+
+from skill_mcp.paths import NotRegularFile
+
+_CHUNK_BYTES = 65536
+_OCTET_STREAM = "application/octet-stream"
+
+_MEDIA_TYPES = {
+    "md": "text/markdown",
+    "txt": "text/plain",
+    "json": "application/json",
+    "yaml": "application/yaml",
+    "yml": "application/yaml",
+    "csv": "text/csv",
+    "js": "text/javascript",
+    "mjs": "text/javascript",
+    "ts": "text/plain",
+    "py": "text/x-python",
+    "sh": "application/x-sh",
+    "html": "text/html",
+    "css": "text/css",
+    "xml": "application/xml",
+    "xsd": "application/xml",
+    "svg": "image/svg+xml",
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "gif": "image/gif",
+    "webp": "image/webp",
+    "pdf": "application/pdf",
+    "zip": "application/zip",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CappedRead:
+    data: bytes
+    size: int
+    truncated: bool
+
+
+def read_capped(path: str, max_bytes: int) -> CappedRead:
+    """Read at most `max_bytes` of a regular file; raises NotRegularFile (a PathRefused) or OSError."""
+    # O_NONBLOCK keeps a FIFO swapped in after the resolve check from blocking the open.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotRegularFile("the opened file")
+        buffer = bytearray()
+        # One byte past the cap is enough to know the file was truncated.
+        while len(buffer) <= max_bytes:
+            chunk = os.read(fd, min(_CHUNK_BYTES, max_bytes + 1 - len(buffer)))
+            if not chunk:
+                break
+            buffer += chunk
+    finally:
+        os.close(fd)
+    bytes_read = len(buffer)
+    del buffer[max_bytes:]
+    # st_size can understate (procfs reports 0), so never report less than was read.
+    return CappedRead(data=bytes(buffer), size=max(status.st_size, bytes_read), truncated=bytes_read > max_bytes)
+
+
+def _as_text(data: bytes) -> str | None:
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError:
+        return None
+
+
+def is_text(data: bytes) -> bool:
+    return _as_text(data) is not None
+
+
+def encode_content(data: bytes) -> tuple[str, str]:
+    """Return `(encoding, content)`: `("utf-8", text)` for text, else `("base64", ascii)`."""
+    text = _as_text(data)
+    if text is not None:
+        return "utf-8", text
+    return "base64", base64.b64encode(data).decode("ascii")
+
+
+def media_type(path: str) -> str:
+    final_segment = path.rsplit("/", 1)[-1]
+    if "." not in final_segment:
+        return _OCTET_STREAM
+    extension = final_segment.rsplit(".", 1)[1].lower()
+    return _MEDIA_TYPES.get(extension, _OCTET_STREAM)

@@ -1,0 +1,188 @@
+"""Bounded reads, text-or-base64 and media types against real files (SPEC §6.3–6.5, §17 items 78–79, 85–86, 89–91)."""
+
+import base64
+import os
+import signal
+import tracemalloc
+from contextlib import contextmanager
+
+import pytest
+
+from skill_mcp.files import CappedRead, encode_content, is_text, media_type, read_capped
+from skill_mcp.limits import MAX_FILE_BYTES
+from skill_mcp.paths import NotRegularFile, PathRefused, resolve_in_skill
+
+MIB = 1024 * 1024
+PNG_BYTES = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
+
+
+def write(path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+@contextmanager
+def fails_after(seconds: int):
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"blocked for more than {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def peak_growth(read) -> int:
+    tracemalloc.start()
+    try:
+        baseline, _ = tracemalloc.get_traced_memory()
+        read()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak - baseline
+
+
+def test_small_file_is_read_whole(tmp_path):
+    assert read_capped(write(tmp_path / "hello.txt", b"hello"), MAX_FILE_BYTES) == CappedRead(b"hello", 5, False)
+
+
+def test_file_exactly_at_cap_is_not_truncated(tmp_path):
+    data = bytes(range(64))
+    assert read_capped(write(tmp_path / "f.bin", data), 64) == CappedRead(data, 64, False)
+
+
+def test_empty_file(tmp_path):
+    assert read_capped(write(tmp_path / "empty", b""), 64) == CappedRead(b"", 0, False)
+
+
+def test_file_over_cap_is_cut_at_cap_with_full_size(tmp_path):
+    data = os.urandom(MAX_FILE_BYTES + 4096)
+    result = read_capped(write(tmp_path / "big.bin", data), MAX_FILE_BYTES)
+    assert (result.size, result.truncated, len(result.data)) == (1052672, True, 1048576)
+    assert result.data == data[:MAX_FILE_BYTES]
+
+
+def test_size_is_never_below_bytes_read(tmp_path):
+    # procfs files report st_size 0 yet have content.
+    result = read_capped("/proc/self/status", MAX_FILE_BYTES)
+    assert result.size >= len(result.data) > 0
+
+
+def test_sparse_256_mib_file_with_1_mib_cap_stays_near_cap(tmp_path):
+    sparse = tmp_path / "sparse.bin"
+    with open(sparse, "wb") as f:
+        f.truncate(256 * MIB)
+    results = []
+    growth = peak_growth(lambda: results.append(read_capped(str(sparse), MIB)))
+    assert growth < 32 * MIB
+    assert results[0] == CappedRead(bytes(MIB), 256 * MIB, True)
+    # The measurement sees the read's buffers: an 8 MiB cap must show at least 8 MiB.
+    assert peak_growth(lambda: read_capped(str(sparse), 8 * MIB)) >= 8 * MIB
+
+
+def test_directory_is_not_a_regular_file(tmp_path):
+    with pytest.raises(NotRegularFile):
+        read_capped(str(tmp_path), 64)
+
+
+def test_symlink_is_not_followed(tmp_path):
+    target = write(tmp_path / "target.txt", b"x")
+    os.symlink(target, tmp_path / "link.txt")
+    with pytest.raises(OSError):
+        read_capped(str(tmp_path / "link.txt"), 64)
+
+
+def test_fifo_swapped_in_after_resolution_does_not_block(tmp_path):
+    write(tmp_path / "data.txt", b"hello")
+    resolved = resolve_in_skill(str(tmp_path), "data.txt")
+    os.unlink(resolved)
+    os.mkfifo(resolved)
+    with fails_after(5), pytest.raises(NotRegularFile) as caught:
+        read_capped(resolved, 64)
+    # Callers that catch either PathRefused or OSError both see it.
+    assert isinstance(caught.value, PathRefused) and isinstance(caught.value, OSError)
+    assert caught.value.message == "the opened file is not a regular file"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"", True),
+        (b"hello\n", True),
+        ("héllo ✓".encode(), True),
+        (b"a\x00b", False),
+        (b"\xff\xfeA", False),
+        ("é".encode()[:1], False),
+    ],
+)
+def test_is_text(data, expected):
+    assert is_text(data) is expected
+
+
+def test_text_comes_back_exact_as_utf8():
+    text = "# Notes\n\nunicode: héllo ✓\r\n"
+    assert encode_content(text.encode()) == ("utf-8", text)
+
+
+def test_empty_is_utf8_empty_string():
+    assert encode_content(b"") == ("utf-8", "")
+
+
+def test_invalid_utf8_without_nul_is_base64():
+    assert encode_content(b"\xff\xfeA") == ("base64", base64.b64encode(b"\xff\xfeA").decode())
+
+
+def test_png_round_trips_as_base64_image_png(tmp_path):
+    path = write(tmp_path / "pixel.png", PNG_BYTES)
+    encoding, content = encode_content(read_capped(path, MAX_FILE_BYTES).data)
+    assert (encoding, media_type("pixel.png")) == ("base64", "image/png")
+    assert base64.b64decode(content) == PNG_BYTES
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("notes.md", "text/markdown"),
+        ("a.txt", "text/plain"),
+        ("a.json", "application/json"),
+        ("a.yaml", "application/yaml"),
+        ("a.yml", "application/yaml"),
+        ("a.csv", "text/csv"),
+        ("a.js", "text/javascript"),
+        ("a.mjs", "text/javascript"),
+        ("a.ts", "text/plain"),
+        ("a.py", "text/x-python"),
+        ("a.sh", "application/x-sh"),
+        ("a.html", "text/html"),
+        ("a.css", "text/css"),
+        ("a.xml", "application/xml"),
+        ("a.xsd", "application/xml"),
+        ("a.svg", "image/svg+xml"),
+        ("a.png", "image/png"),
+        ("a.jpg", "image/jpeg"),
+        ("a.jpeg", "image/jpeg"),
+        ("a.gif", "image/gif"),
+        ("a.webp", "image/webp"),
+        ("a.pdf", "application/pdf"),
+        ("a.zip", "application/zip"),
+        ("scripts/deep/REPORT.PDF", "application/pdf"),
+        ("archive.tar.zip", "application/zip"),
+        ("a.cjs", "application/octet-stream"),
+        ("a.htm", "application/octet-stream"),
+        ("x.constructor", "application/octet-stream"),
+        ("x.toString", "application/octet-stream"),
+        ("x.__class__", "application/octet-stream"),
+        ("a.b/c", "application/octet-stream"),
+        ("Makefile", "application/octet-stream"),
+        ("trailing.", "application/octet-stream"),
+    ],
+)
+def test_media_type(path, expected):
+    assert media_type(path) == expected

@@ -1,0 +1,111 @@
+"""The resolve check against real files and links (SPEC §6.2, §17 items 75–77)."""
+
+import os
+
+import pytest
+
+from skill_mcp.paths import PATH_HINT, PathRefused, describe_refusal, path_refusal, resolve_in_skill
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """A skill directory with inside files and links, next to files it must not reach."""
+    skill = tmp_path / "skill"
+    (skill / "scripts" / "lib").mkdir(parents=True)
+    (skill / "notes.md").write_text("notes")
+    (skill / "scripts" / "ok.js").write_text("ok")
+    (skill / "scripts" / "lib" / "util.js").write_text("util")
+    (tmp_path / "outside.txt").write_text("secret")
+    (tmp_path / "outdir").mkdir()
+    (tmp_path / "outdir" / "secret.txt").write_text("secret")
+    # Shares the skill's name as a string prefix; must still count as outside.
+    (tmp_path / "skill-evil").mkdir()
+    (tmp_path / "skill-evil" / "x.txt").write_text("evil")
+    return tmp_path
+
+
+def refusal(skill_dir, rel) -> PathRefused:
+    with pytest.raises(PathRefused) as caught:
+        resolve_in_skill(str(skill_dir), rel)
+    return caught.value
+
+
+def test_plain_file_resolves_to_its_real_path(layout):
+    skill = layout / "skill"
+    assert resolve_in_skill(str(skill), "scripts/ok.js") == os.path.realpath(skill / "scripts" / "ok.js")
+
+
+def test_link_inside_the_skill_resolves_to_its_target(layout):
+    skill = layout / "skill"
+    os.symlink("scripts/ok.js", skill / "alias.js")
+    assert resolve_in_skill(str(skill), "alias.js") == str(skill / "scripts" / "ok.js")
+
+
+def test_path_through_a_directory_link_inside_resolves(layout):
+    skill = layout / "skill"
+    os.symlink(skill / "scripts" / "lib", skill / "lib")
+    assert resolve_in_skill(str(skill), "lib/util.js") == str(skill / "scripts" / "lib" / "util.js")
+
+
+def test_skill_directory_reached_through_a_link_still_works(layout):
+    os.symlink(layout / "skill", layout / "skill-link")
+    assert resolve_in_skill(str(layout / "skill-link"), "notes.md") == str(layout / "skill" / "notes.md")
+
+
+@pytest.mark.parametrize(
+    ("link_name", "target", "rel"),
+    [
+        ("abs.txt", "{root}/outside.txt", "abs.txt"),
+        ("rel.txt", "../outside.txt", "rel.txt"),
+        ("evil.txt", "../skill-evil/x.txt", "evil.txt"),
+        ("outdir", "{root}/outdir", "outdir/secret.txt"),
+        ("up", "..", "up/outside.txt"),
+    ],
+)
+def test_links_leaving_the_skill_are_refused_as_outside(layout, link_name, target, rel):
+    skill = layout / "skill"
+    os.symlink(target.format(root=layout), skill / link_name)
+    refused = refusal(skill, rel)
+    assert refused.message == f'"{rel}" resolves outside the skill\'s own directory'
+    assert "inside its own skill" in refused.hint
+
+
+def test_directory_is_refused_as_not_regular(layout):
+    refused = refusal(layout / "skill", "scripts")
+    assert refused.message == '"scripts" is not a regular file'
+    assert refused.hint == "Only regular files can be read or executed."
+
+
+def test_fifo_is_refused_as_not_regular(layout):
+    os.mkfifo(layout / "skill" / "pipe")
+    assert refusal(layout / "skill", "pipe").message == '"pipe" is not a regular file'
+
+
+@pytest.mark.parametrize("rel", ["missing.txt", "scripts/missing.js", "notes.md/below", "broken", "loop"])
+def test_missing_and_broken_paths_are_not_files_in_this_skill(layout, rel):
+    skill = layout / "skill"
+    os.symlink("nowhere.txt", skill / "broken")
+    os.symlink("loop", skill / "loop")
+    refused = refusal(skill, rel)
+    assert refused.message == f'"{rel}" is not a file in this skill'
+    assert "skill_load" in refused.hint
+
+
+def test_unreadable_skill_directory(layout):
+    refused = refusal(layout / "not-mounted", "notes.md")
+    assert refused.message == "the skill's directory is not readable"
+    assert "mounted" in refused.hint and "skill_list" in refused.hint
+
+
+@pytest.mark.parametrize("rel", ["../outside.txt", "/etc/passwd", "scripts//ok.js", ""])
+def test_string_check_runs_first(layout, rel):
+    # Refused by the string rules even though some of these would resolve to real files.
+    refused = refusal(layout / "skill", rel)
+    assert (refused.message, refused.hint) == (describe_refusal(rel, path_refusal(rel)), PATH_HINT)
+
+
+def test_dotdot_is_refused_with_the_relative_path_hint(layout):
+    refused = refusal(layout / "skill", "../outside.txt")
+    assert 'it has a ".." segment' in refused.message
+    assert "relative to the skill" in refused.hint.lower()
+    assert str(refused) == refused.message
