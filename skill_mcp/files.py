@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import stat
+import sys
 from dataclasses import dataclass
 
 from skill_mcp.paths import NotRegularFile
@@ -46,27 +48,56 @@ class CappedRead:
     truncated: bool
 
 
-def read_capped(path: str, max_bytes: int) -> CappedRead:
-    """Read at most `max_bytes` of a regular file; raises NotRegularFile (a PathRefused) or OSError."""
+def _chunks(path: str, limit: int):
+    """Yield the file's bytes in chunks, stopping once `limit` bytes came; the first item is its stat."""
     # O_NONBLOCK keeps a FIFO swapped in after the resolve check from blocking the open.
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise NotRegularFile("the opened file")
-        buffer = bytearray()
-        # One byte past the cap is enough to know the file was truncated.
-        while len(buffer) <= max_bytes:
-            chunk = os.read(fd, min(_CHUNK_BYTES, max_bytes + 1 - len(buffer)))
+        yield status
+        seen = 0
+        while seen < limit:
+            chunk = os.read(fd, min(_CHUNK_BYTES, limit - seen))
             if not chunk:
-                break
-            buffer += chunk
+                return
+            seen += len(chunk)
+            yield chunk
     finally:
         os.close(fd)
+
+
+def read_capped(path: str, max_bytes: int) -> CappedRead:
+    """Read at most `max_bytes` of a regular file; raises NotRegularFile (a PathRefused) or OSError."""
+    chunks = _chunks(path, max_bytes + 1)  # one byte past the cap is enough to know it was truncated
+    status = next(chunks)
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer += chunk
     bytes_read = len(buffer)
     del buffer[max_bytes:]
     # st_size can understate (procfs reports 0), so never report less than was read.
     return CappedRead(data=bytes(buffer), size=max(status.st_size, bytes_read), truncated=bytes_read > max_bytes)
+
+
+class FileTooLarge(OSError):
+    """A streamed digest passed its byte budget."""
+
+
+def sha256_file(path: str, max_bytes: int | None = None) -> tuple[str, int]:
+    """Streamed (hex digest, bytes hashed); FileTooLarge past `max_bytes`, so memory stays one chunk."""
+    limit = sys.maxsize if max_bytes is None else max_bytes + 1
+    chunks = _chunks(path, limit)
+    next(chunks)
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        digest.update(chunk)
+    if max_bytes is not None and size > max_bytes:
+        raise FileTooLarge(f"more than {max_bytes} bytes")
+    return digest.hexdigest(), size
 
 
 def _as_text(data: bytes) -> str | None:

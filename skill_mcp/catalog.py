@@ -1,0 +1,326 @@
+"""Roots → Catalog: the three layouts, candidate reading, manifest walk, duplicates and the limit (SPEC §3).
+
+The only module that walks directories. `discover` never raises; every failure becomes a Problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from skill_mcp.declaration import description, read_declaration, skill_name, when_to_use
+from skill_mcp.files import read_capped
+from skill_mcp.frontmatter import FrontmatterError, parse_skill_md
+from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_NAME_PATTERN
+from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
+from skill_mcp.paths import path_refusal
+
+SKILL_MD = "SKILL.md"
+
+
+def discover(roots: Sequence[str], max_skills: int) -> Catalog:
+    """Scan every root once, read each real skill directory once, then apply §3.6."""
+    problems: list[Problem] = []
+    skills: list[Skill] = []
+    seen_dirs: set[str] = set()
+    for root in roots:
+        scan = _collect(root, seen_dirs)
+        problems += scan.problems
+        problems += scan.missing_skill_md
+        for real_dir in scan.candidates:
+            try:
+                skill = _read_candidate(real_dir, root, problems)
+            except Exception as error:  # R3: one unexpected failure costs this skill, never the listing
+                problems.append(Problem(real_dir, "unreadable-skill-md", f"SKILL.md could not be read: {error!r}"))
+                continue
+            if skill is not None:
+                skills.append(skill)
+    served = _refuse_duplicates(skills, problems)
+    if len(served) > max_skills:
+        ignored = len(served) - max_skills
+        problems.append(
+            Problem(
+                ":".join(roots),
+                "skill-limit",
+                f"found {len(served)} skills but the limit is {max_skills} (MCP_MAX_SKILLS); "
+                f"the first {max_skills} are served, {ignored} ignored",
+            )
+        )
+        served = served[:max_skills]
+    return Catalog(skills=tuple(served), problems=tuple(_encodable(problem) for problem in problems))
+
+
+@dataclass
+class _RootScan:
+    """One root's collection pass, kept apart so its problems can be emitted in §3.3 order."""
+
+    problems: list[Problem] = field(default_factory=list)
+    missing_skill_md: list[Problem] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)
+
+
+def _collect(root: str, seen_dirs: set[str]) -> _RootScan:
+    """§3.2: resolve the root, then layout A, or layouts B and C."""
+    scan = _RootScan()
+    try:
+        real_root = os.path.realpath(root, strict=True)
+    except OSError as error:
+        scan.problems.append(Problem(root, "root-unreadable", _os_text(error)))
+        return scan
+    if not os.path.isdir(real_root):
+        scan.problems.append(Problem(root, "root-unreadable", "not a directory"))
+        return scan
+    if real_root in seen_dirs:
+        return scan  # the same root configured twice, or a skill another root already holds
+    seen_dirs.add(real_root)
+    if os.path.lexists(os.path.join(real_root, SKILL_MD)):
+        scan.candidates.append(real_root)
+        return scan
+    _scan_entries(scan, root, real_root, real_root, seen_dirs, at_root=True)
+    real_skills_entry = os.path.join(real_root, "skills")
+    if os.path.isdir(real_skills_entry):
+        skills_path = os.path.join(root, "skills")
+        real_skills = os.path.realpath(real_skills_entry)
+        if not _inside(real_skills, real_root):
+            scan.problems.append(
+                Problem(
+                    skills_path,
+                    "symlink-escape",
+                    f"the skills directory resolves to {real_skills}, outside the configured root {real_root}; refused",
+                )
+            )
+        elif real_skills != real_root:  # `skills -> .` names the root, which is already scanned
+            _scan_entries(scan, skills_path, real_skills, real_root, seen_dirs, at_root=False)
+    return scan
+
+
+def _scan_entries(
+    scan: _RootScan, scan_path: str, real_scan_path: str, real_root: str, seen_dirs: set[str], at_root: bool
+) -> None:
+    """Apply the §3.3 entry table to one directory's entries, one level deep."""
+    try:
+        with os.scandir(real_scan_path) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError as error:
+        scan.problems.append(Problem(scan_path, "root-unreadable", f"cannot list this directory: {_os_text(error)}"))
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        is_link = entry.is_symlink()
+        if not is_link and not entry.is_dir(follow_symlinks=False):
+            continue
+        entry_path = os.path.join(scan_path, entry.name)
+        # Layout C reports an escaping `skills`; a broken one is simply not a directory.
+        quiet = at_root and entry.name == "skills"
+        try:
+            real = os.path.realpath(entry.path, strict=True)
+        except OSError as error:
+            if not quiet:
+                scan.problems.append(Problem(entry_path, "symlink-escape", _unresolvable_entry(is_link, error)))
+            continue
+        if not _inside(real, real_root):
+            if not quiet:
+                kind = "symlink" if is_link else "directory (a bind mount?)"
+                detail = f"this {kind} resolves to {real}, outside the configured root {real_root}; refused"
+                scan.problems.append(Problem(entry_path, "symlink-escape", detail))
+            continue
+        if not os.path.isdir(real):
+            continue
+        has_skill_md = os.path.lexists(os.path.join(real, SKILL_MD))
+        if has_skill_md and is_link and entry.name != os.path.basename(real):
+            realname = _quoted(os.path.basename(real))
+            detail = (
+                f"this is a symlink to {real}; the skill is served under the real directory's name {realname}, "
+                "which is also the name a grant must use"
+            )
+            scan.problems.append(Problem(entry_path, "name-mismatch", detail))
+        if real in seen_dirs or (quiet and not has_skill_md):
+            continue
+        seen_dirs.add(real)
+        if has_skill_md:
+            scan.candidates.append(real)
+        else:
+            scan.missing_skill_md.append(
+                Problem(real, "no-skill-md", "this directory has no SKILL.md, so it is not a skill")
+            )
+
+
+def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skill | None:
+    """§3.4 steps 1–11; appends this candidate's problems and returns the skill, or None when refused."""
+
+    def refuse(reason: str, detail: str) -> None:
+        problems.append(Problem(real_dir, reason, detail))
+
+    skill_md = os.path.join(real_dir, SKILL_MD)
+    try:
+        status = os.lstat(skill_md)
+    except OSError as error:
+        refuse("unreadable-skill-md", f"SKILL.md could not be stat'd: {_os_text(error)}")
+        return None
+    read_path = skill_md
+    if stat.S_ISLNK(status.st_mode):
+        try:
+            read_path = os.path.realpath(skill_md, strict=True)
+        except OSError:
+            read_path = None
+        if read_path is None or not _inside(read_path, real_dir, strictly=True):
+            target = read_path or "unresolvable"
+            refuse("symlink-escape", f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused")
+            return None
+        status = os.stat(read_path)
+    if not stat.S_ISREG(status.st_mode):
+        refuse("unreadable-skill-md", "SKILL.md is not a regular file")
+        return None
+    try:
+        capped = read_capped(read_path, MAX_SKILL_MD_BYTES)
+    except OSError as error:
+        refuse("unreadable-skill-md", f"SKILL.md could not be read: {_os_text(error)}")
+        return None
+    try:
+        frontmatter, body = parse_skill_md(capped.data.decode("utf-8", errors="replace"))
+    except FrontmatterError as error:
+        refuse("malformed-frontmatter", str(error))
+        return None
+    declaration, findings = read_declaration(frontmatter)
+    for finding in findings:
+        refuse("declaration", finding)
+    name = os.path.basename(real_dir)
+    if not SKILL_NAME_PATTERN.fullmatch(name):
+        refuse(
+            "unusable-name",
+            f"the directory name {_quoted(name)} is not addressable; a skill is served under its directory name "
+            "(letters, digits, '.', '_', '-', at most 64, starting with a letter or digit); skipped",
+        )
+        return None
+    claimed = skill_name(frontmatter)
+    if claimed is not None and claimed != name:
+        refuse(
+            "name-mismatch",
+            f"the frontmatter name {_quoted(claimed)} differs from the directory name {_quoted(name)}; "
+            "the skill is served under its DIRECTORY name",
+        )
+    manifest, file_limit_hit = _walk_manifest(real_dir, refuse)
+    listed = {entry.path for entry in manifest}
+    for run in declaration.runs:
+        if run.script not in listed:
+            refuse("declared-script-missing", f"the skill declares {_quoted(run.script)}, which is not a file in this skill")
+    return Skill(
+        name=name,
+        real_dir=real_dir,
+        source=source,
+        body=body,
+        body_truncated=capped.truncated,
+        manifest=manifest,
+        declaration=declaration,
+        frontmatter=frontmatter,
+        description=description(frontmatter),
+        when_to_use=when_to_use(frontmatter),
+        file_limit_hit=file_limit_hit,
+    )
+
+
+def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> tuple[tuple[ManifestEntry, ...], bool]:
+    """§3.5: breadth-first, sorted, regular files only, bounded by the file and directory caps."""
+    files: list[ManifestEntry] = []
+    dirs_enqueued = 0
+    queue: deque[tuple[str, str]] = deque([(real_dir, "")])
+    while queue:
+        directory, prefix = queue.popleft()
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if not is_dir and not entry.is_file(follow_symlinks=False):
+                continue  # FIFOs, sockets, devices
+            rel = prefix + entry.name
+            refusal = path_refusal(rel)
+            if refusal is not None:
+                below = "; nothing under it is listed either" if is_dir else ""
+                refuse(
+                    "unusable-path",
+                    f"{_quoted(rel)} cannot be addressed by skill_file ({refusal}), so it is not listed{below}",
+                )
+                continue
+            if is_dir:
+                if dirs_enqueued == MAX_DIRS_PER_SKILL:
+                    refuse(
+                        "file-limit",
+                        f"this skill has more than {MAX_DIRS_PER_SKILL} directories; the manifest lists the "
+                        f"{len(files)} files found; the rest is not walked",
+                    )
+                    return _sorted(files), True
+                dirs_enqueued += 1
+                queue.append((entry.path, rel + "/"))
+                continue
+            if len(files) == MAX_FILES_PER_SKILL:
+                refuse(
+                    "file-limit",
+                    f"this skill has more than {MAX_FILES_PER_SKILL} files; the manifest lists the first "
+                    f"{MAX_FILES_PER_SKILL}; the rest is not walked",
+                )
+                return _sorted(files), True
+            files.append(ManifestEntry(rel, entry.stat(follow_symlinks=False).st_size))
+    return _sorted(files), False
+
+
+def _refuse_duplicates(skills: list[Skill], problems: list[Problem]) -> list[Skill]:
+    """R1: a name contributed by two real directories is served by neither."""
+    by_name: dict[str, list[Skill]] = {}
+    for skill in skills:
+        by_name.setdefault(skill.name, []).append(skill)
+    served = []
+    for name, group in by_name.items():
+        if len(group) == 1:
+            served.append(group[0])
+            continue
+        dirs = ", ".join(skill.real_dir for skill in group)
+        problems.append(
+            Problem(
+                group[0].real_dir,
+                "duplicate-name",
+                f"{len(group)} directories contribute the name {_quoted(name)}: {dirs}; NONE of them is served, "
+                "because serving one would let whichever was scanned first stand in for the others, "
+                "and the owner's grant for that name would follow it",
+            )
+        )
+    return served
+
+
+def _inside(path: str, base: str, strictly: bool = False) -> bool:
+    if path == base:
+        return not strictly
+    return path.startswith(base if base.endswith(os.sep) else base + os.sep)
+
+
+def _sorted(files: list[ManifestEntry]) -> tuple[ManifestEntry, ...]:
+    return tuple(sorted(files, key=lambda entry: entry.path))
+
+
+def _unresolvable_entry(is_link: bool, error: OSError) -> str:
+    if is_link:
+        return f"this is a broken symlink: its target cannot be resolved ({_os_text(error)}); refused"
+    return f"this directory's real path cannot be read ({_os_text(error)}); refused"
+
+
+def _encodable(problem: Problem) -> Problem:
+    """A non-UTF-8 file name decodes to lone surrogates, which no JSON answer could carry."""
+    path, detail = (text.encode("utf-8", "backslashreplace").decode("utf-8") for text in (problem.path, problem.detail))
+    return Problem(path, problem.reason, detail)
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _os_text(error: BaseException) -> str:
+    return getattr(error, "strerror", None) or str(error)

@@ -1,0 +1,110 @@
+"""Command line (SPEC §14): `serve` (default), `check`, `list`, `--version`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from .version import package_version
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="skill-mcp",
+        description="Serve a directory of Agent Skills over MCP (stdio).",
+    )
+    parser.add_argument("--version", action="version", version=f"skill-mcp {package_version()}")
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("serve", help="serve the configured skills over stdio (the default)")
+    check = commands.add_parser("check", help="report every problem a skills tree would draw, for skill authors")
+    check.add_argument("roots", nargs="*", metavar="ROOT")
+    check.add_argument("--json", action="store_true", help="print one JSON document")
+    listing = commands.add_parser("list", help="show what a deployment serves and what may run")
+    listing.add_argument("roots", nargs="*", metavar="ROOT")
+    listing.add_argument("--json", action="store_true", help="print the skill_list object")
+    listing.add_argument("--egress", action="store_true", help="print the egress allowlist, one host per line")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0) and EXIT_USAGE
+    if options.command in (None, "serve"):
+        return serve()
+    from . import authoring
+
+    if options.command == "check":
+        return authoring.check(tuple(options.roots), as_json=options.json)
+    return authoring.list_deployment(tuple(options.roots), as_json=options.json, egress=options.egress)
+
+
+def serve() -> int:
+    # Hardening comes first, before any thread exists and before the environment is read.
+    from . import hardening
+
+    scrub = hardening.scrub_environ()
+    non_dumpable = hardening.make_non_dumpable()
+
+    import anyio
+
+    from .deployment import build_deployment
+    from .logs import configure_logging, get_logger
+    from .run_tool import RunService
+    from .server import build_server, serve_stdio
+
+    environ = os.environ
+    deployment, warnings = build_deployment(environ, scrub=scrub, non_dumpable=non_dumpable)
+    config = deployment.config
+    configure_logging(config.log_level, config.log_format)
+    log = get_logger()
+    for warning in warnings:
+        log.warning("config.warning", variable=warning.variable, problem=warning.problem)
+    if deployment.grant.grant_error:
+        log.warning("config.warning", variable="MCP_SKILL_RUN", problem=deployment.grant.grant_error)
+    log.info(
+        "boot",
+        version=package_version(),
+        roots=list(deployment.roots),
+        rootsFrom=deployment.roots_from,
+        grantFrom=deployment.grant.grant_from,
+        hosted=config.hosted,
+        skills=len(deployment.skills),
+        problems=len(deployment.problems),
+        interpreters=dict(deployment.interpreters),
+        environScrub=scrub.status,
+        nonDumpable=non_dumpable,
+        maxSkills=config.max_skills,
+        confirmMode=config.confirm_mode,
+        elicitation="on" if config.elicitation else "off",
+    )
+    for problem in deployment.problems:
+        log.warning("problem", path=problem.path, reason=problem.reason, detail=problem.detail)
+    names = ", ".join(skill.name for skill in deployment.skills[:8]) + (", …" if len(deployment.skills) > 8 else "")
+    log.info(
+        "ready",
+        message=(
+            f"skill-mcp {package_version()} serves {len(deployment.skills)} skill(s)"
+            + (f" ({names})" if names else "")
+            + f" with {len(deployment.problems)} problem(s); waiting for an MCP client on stdin"
+        ),
+    )
+    runs = RunService(deployment)
+    server = build_server(deployment, runs.call)
+
+    async def on_shutdown(reason: str) -> None:
+        killed = runs.kill_active()
+        log.info("shutdown", reason=reason, killedRun=killed)
+
+    anyio.run(serve_stdio, server, on_shutdown)
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Boot assembly: environment → configuration → catalog → grant → what may run (SPEC §14.1).
+
+The server and the CLI build the same `Deployment`, so `skill-mcp list --json` and the
+`skill_list` tool cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .catalog import discover
+from .config import BUNDLED_ROOT, Config, ConfigWarning, load_config
+from .grants import GrantState, apply_grant, resolve_grant
+from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
+from .interpreters import find_interpreters, server_venv_prefix
+from .model import Problem, RunEntry, Skill
+from .skills_ext import extension_exclusions
+
+
+@dataclass(frozen=True)
+class Deployment:
+    config: Config
+    roots: tuple[str, ...]
+    roots_from: str
+    skills: tuple[Skill, ...]
+    problems: tuple[Problem, ...]
+    grant: GrantState
+    effective: Mapping[str, tuple[RunEntry, ...]]
+    interpreters: Mapping[str, str]
+    hardening: Hardening
+    run_block: str | None
+    extension_names: frozenset[str]
+    environ: Mapping[str, str] = field(repr=False)
+    by_name: Mapping[str, Skill] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {skill.name: skill for skill in self.skills})
+
+    def runnable(self, entry: RunEntry) -> bool:
+        return entry.interpreter in self.interpreters
+
+
+_NO_GRANT = GrantState(None, "declaration", None, None)
+UNSCRUBBED_PATH = "/proc/self/environ"
+
+
+def build_deployment(
+    environ: Mapping[str, str],
+    *,
+    scrub: ScrubResult | None = None,
+    non_dumpable: bool = False,
+    cwd: str | None = None,
+    roots_override: tuple[str, ...] = (),
+    apply_owner_grant: bool = True,
+) -> tuple[Deployment, list[ConfigWarning]]:
+    """Never raises: every failure is a problem or a warning. `scrub` is None when nothing was
+    scrubbed (the CLI), so nothing is blocked for it; `apply_owner_grant=False` is `check`'s view."""
+    cwd = cwd or os.getcwd()
+    config, warnings = load_config(environ, cwd, BUNDLED_ROOT)
+    roots, roots_from = config.roots, config.roots_from
+    if roots_override:
+        roots, roots_from = tuple(os.path.abspath(os.path.join(cwd, root)) for root in roots_override), "arguments"
+    interpreters, interpreter_warnings = find_interpreters(config, environ.get("PATH"), server_venv_prefix())
+    catalog = discover(roots, config.max_skills)
+    grant = resolve_grant(config) if apply_owner_grant else _NO_GRANT
+    effective, grant_problems = apply_grant(catalog.skills, grant)
+    extension_names, extension_problems = extension_exclusions(catalog.skills)
+    run_block = run_block_reason(scrub, config.hosted, config.allow_unscrubbed) if scrub else None
+    unscrubbed = (Problem(UNSCRUBBED_PATH, "environ-unscrubbed", run_block),) if run_block else ()
+    problems = (*catalog.problems, *grant_problems, *extension_problems, *unscrubbed)
+    hardening = Hardening(
+        environ_scrubbed=scrub is not None and scrub.status == "scrubbed",
+        non_dumpable=non_dumpable,
+        no_new_privs=prctl_available(),
+        rlimit_nproc=config.rlimit_nproc,
+        rlimit_as_mb=config.rlimit_as_mb,
+    )
+    deployment = Deployment(
+        config=config,
+        roots=roots,
+        roots_from=roots_from,
+        skills=catalog.skills,
+        problems=problems,
+        grant=grant,
+        effective=effective,
+        interpreters=interpreters,
+        hardening=hardening,
+        run_block=run_block,
+        extension_names=extension_names,
+        environ=environ,
+    )
+    return deployment, [*warnings, *interpreter_warnings]

@@ -1,0 +1,198 @@
+"""Server and child hardening (SPEC §9.7, §9.8): environ scrub, non-dumpable, child prctl and rlimits."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import resource
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+PR_SET_PDEATHSIG = 1
+PR_GET_DUMPABLE = 3
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+
+STAT_UNUSABLE = "/proc/self/stat carries no usable env_start/env_end (nothing written)"
+ENVIRON_NOT_WIPED = "/proc/self/environ still reads back non-empty after the write"
+
+_DECIMAL = re.compile(rb"[0-9]+")
+# Loaded before any fork: the child's setup must not load libraries between fork and exec.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _prctl(option: int, arg: int = 0) -> int:
+    result = _LIBC.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    if result == -1:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+    return result
+
+
+def prctl_available() -> bool:
+    """Children get no_new_privs and a parent-death signal only where prctl exists."""
+    return _LIBC is not None and hasattr(_LIBC, "prctl")
+
+
+@dataclass(frozen=True, slots=True)
+class ScrubResult:
+    status: str  # "scrubbed" | "failed" | "unsupported"
+    wiped_bytes: int | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        if self.status == "scrubbed":
+            return {"status": self.status, "bytes": self.wiped_bytes}
+        if self.status == "failed":
+            return {"status": self.status, "reason": self.reason}
+        return {"status": self.status}
+
+
+@dataclass(frozen=True, slots=True)
+class ScrubIO:
+    """The scrub's effects, injectable so every branch is testable without /proc."""
+
+    platform: str
+    read_stat: Callable[[], bytes]
+    rehome_environ: Callable[[], None]
+    write_mem: Callable[[int, bytes], None]
+    read_environ: Callable[[], bytes]
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _rehome_environ() -> None:
+    # setenv copies "name=value" to the heap and repoints environ[], so getenv survives the wipe.
+    for name, value in list(os.environb.items()):
+        os.putenv(name, value)
+
+
+def _write_mem(offset: int, data: bytes) -> None:
+    fd = os.open("/proc/self/mem", os.O_WRONLY)
+    try:
+        if os.pwrite(fd, data, offset) != len(data):
+            raise OSError("short write to /proc/self/mem")
+    finally:
+        os.close(fd)
+
+
+REAL_SCRUB_IO = ScrubIO(
+    platform=sys.platform,
+    read_stat=lambda: _read_file("/proc/self/stat"),
+    rehome_environ=_rehome_environ,
+    write_mem=_write_mem,
+    read_environ=lambda: _read_file("/proc/self/environ"),
+)
+
+
+def environ_range(stat: bytes) -> tuple[int, int] | None:
+    """env_start/env_end (fields 50/51) of a /proc/<pid>/stat line, or None when unusable."""
+    close = stat.rfind(b")")
+    if close < 0:
+        return None
+    fields = stat[close + 2 :].rstrip(b"\n").split(b" ")
+    # Field N (1-based) sits at index N-3 once pid and comm are cut off.
+    if len(fields) < 49 or not all(_DECIMAL.fullmatch(f) for f in fields[47:49]):
+        return None
+    start, end = int(fields[47]), int(fields[48])
+    if start <= 0 or end <= start:
+        return None
+    return start, end
+
+
+def scrub_environ(io: ScrubIO = REAL_SCRUB_IO) -> ScrubResult:
+    """Wipe the exec-time environment block so /proc/<pid>/environ reads empty; never raises."""
+    if io.platform != "linux":
+        return ScrubResult("unsupported")
+    try:
+        bounds = environ_range(io.read_stat())
+        if bounds is None:
+            return ScrubResult("failed", reason=STAT_UNUSABLE)
+        start, end = bounds
+        io.rehome_environ()
+        io.write_mem(start, bytes(end - start))
+        if any(io.read_environ()):
+            return ScrubResult("failed", reason=ENVIRON_NOT_WIPED)
+        return ScrubResult("scrubbed", wiped_bytes=end - start)
+    except Exception as exc:  # noqa: BLE001 - the scrub reports, it never raises
+        return ScrubResult("failed", reason=str(exc) or type(exc).__name__)
+
+
+def make_non_dumpable() -> bool:
+    """Keep same-uid scripts out of our environ, mem and ptrace; True only when verified."""
+    if not prctl_available():
+        return False
+    try:
+        _prctl(PR_SET_DUMPABLE, 0)
+        return _prctl(PR_GET_DUMPABLE) == 0
+    except OSError:
+        return False
+
+
+def run_block_reason(scrub: ScrubResult, hosted: bool, allow_unscrubbed: bool) -> str | None:
+    """Why no script may run (hosted, scrub failed, no owner override), else None."""
+    if scrub.status != "failed" or not hosted or allow_unscrubbed:
+        return None
+    return (
+        f"the exec-time environment block could not be wiped ({scrub.reason}), so any script could read "
+        "every variable this deployment holds from /proc/<pid>/environ; no script may run until this is "
+        "fixed or until the owner sets MCP_SKILL_ALLOW_UNSCRUBBED=1"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChildLimits:
+    """Optional per-script rlimits (SPEC §2.2); None means not applied."""
+
+    rlimit_nproc: int | None = None
+    rlimit_as_mb: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hardening:
+    """The fence's state as `skill_list.hardening` reports it."""
+
+    environ_scrubbed: bool
+    non_dumpable: bool
+    no_new_privs: bool
+    rlimit_nproc: int | None
+    rlimit_as_mb: int | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "environScrubbed": self.environ_scrubbed,
+            "nonDumpable": self.non_dumpable,
+            "noNewPrivs": self.no_new_privs,
+            "rlimitNproc": self.rlimit_nproc,
+            "rlimitAsMb": self.rlimit_as_mb,
+        }
+
+
+def _step(name: str, action: Callable[[], object]) -> None:
+    try:
+        action()
+    except (OSError, ValueError) as exc:  # resource.setrlimit reports EPERM/EINVAL as ValueError
+        raise OSError(f"{name}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def harden_child(limits: ChildLimits, parent_pid: int) -> None:
+    """Runs between fork and exec; any failure raises, so the child never execs."""
+    if prctl_available():
+        _step("prctl(PR_SET_NO_NEW_PRIVS)", lambda: _prctl(PR_SET_NO_NEW_PRIVS, 1))
+        _step("prctl(PR_SET_PDEATHSIG)", lambda: _prctl(PR_SET_PDEATHSIG, signal.SIGKILL))
+        # The parent may have died before the death signal was armed.
+        if os.getppid() != parent_pid:
+            raise OSError("the server exited before the script could start")
+    _step("setrlimit(RLIMIT_CORE)", lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    if limits.rlimit_nproc is not None:
+        nproc = limits.rlimit_nproc
+        _step("setrlimit(RLIMIT_NPROC)", lambda: resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc)))
+    if limits.rlimit_as_mb is not None:
+        address_space = limits.rlimit_as_mb * 1048576
+        _step("setrlimit(RLIMIT_AS)", lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space)))

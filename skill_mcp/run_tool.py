@@ -1,0 +1,413 @@
+"""`skill_run` (SPEC §9.1): the preview stage, the confirmation gate's three paths, one run at a time.
+
+The pure pieces live elsewhere (confirm.py seals and words, runner.py spawns and bounds);
+this module orders the checks and talks to the MCP session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from . import confirm
+from .deployment import Deployment
+from .files import sha256_file
+from .hardening import ChildLimits
+from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_TIMEOUT_MS
+from .logs import get_logger
+from .model import RunEntry, Skill
+from .paths import PathRefused, resolve_in_skill
+from .runner import RunOutcome, SpawnFailed, build_argv, kill_process_group, network_note, run_process, script_environment
+from .server import failure_result, text_result
+from .tools import ToolFailure, find_skill, minified, unavailable_reason
+
+
+class Refused(ToolFailure):
+    """A preview-stage refusal, tagged with its `run.refused` reason."""
+
+    def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What the preview stage settled on: the script to run and exactly what the user approves."""
+
+    skill: Skill
+    entry: RunEntry
+    real_script: str
+    args: tuple[str, ...]
+    will_run: dict[str, Any]
+
+    @property
+    def target(self) -> str:
+        return f"{self.skill.name}/{self.entry.script}"
+
+
+class RunService:
+    def __init__(self, deployment: Deployment, *, clock_ms: Any = None, random_bytes: Any = os.urandom) -> None:
+        self.deployment = deployment
+        config = deployment.config
+        key = confirm.confirm_key(config.confirm_secret, config.host_confirm_secret, config.data_dir, random_bytes)
+        self._key = key.key
+        self._spent = confirm.make_spent_store(key.stable, config.data_dir)
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._random_bytes = random_bytes
+        self._busy = False
+        self._active_pid: int | None = None
+        self._log = get_logger()
+
+    # --- entry points -------------------------------------------------------------------------
+
+    async def call(
+        self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        name, script = arguments["name"], arguments["script"]
+        try:
+            draft = self._preview_stage(name, script, tuple(arguments.get("args", ())))
+        except Refused as refused:
+            self._log.warning("run.refused", skill=name, script=script, reason=refused.reason)
+            return failure_result(refused)
+        path = self._confirm_path(ctx)
+        self._log_preview(draft, path)
+        token = arguments.get("confirmToken")
+        could_run = path != "token" or (token is not None and self._mode() != "refuse")
+        if could_run and self._busy:
+            return self._busy_refusal(draft)
+        if path == "elicitation":
+            return await self._path_elicitation(ctx, draft)
+        if path == "input-required":
+            return await self._path_input_required(ctx, draft)
+        return await self._path_token(draft, token)
+
+    def kill_active(self) -> bool:
+        if self._active_pid is None:
+            return False
+        kill_process_group(self._active_pid)
+        return True
+
+    # --- the preview stage (§9.1 steps 2-7) -----------------------------------------------------
+
+    def _preview_stage(self, name: str, script: str, args: tuple[str, ...]) -> Draft:
+        deployment = self.deployment
+        try:
+            skill = find_skill(deployment, name)
+        except ToolFailure as failure:
+            raise Refused("unknown-skill", failure.message, failure.hint) from None
+        if deployment.run_block is not None:
+            raise Refused(
+                "run-blocked",
+                f"no script may run on this server: {deployment.run_block}",
+                "Every skill's instructions and files are still served via skill_load and skill_file.",
+            )
+        entry = self._effective_entry(skill, script)
+        if not deployment.runnable(entry):
+            raise Refused(
+                "interpreter-unavailable",
+                f'"{script}" of the skill "{skill.name}" {unavailable_reason(deployment, entry)}, '
+                "so this deployment cannot run it",
+                "The skill's instructions remain available via skill_load.",
+            )
+        try:
+            real_script = resolve_in_skill(skill.real_dir, script)
+        except PathRefused as refused:
+            raise Refused("path-refused", refused.message, refused.hint) from None
+        _check_arguments(args)
+        return Draft(skill, entry, real_script, args, self._will_run(skill, entry, real_script, args))
+
+    def _effective_entry(self, skill: Skill, script: str) -> RunEntry:
+        effective = self.deployment.effective.get(skill.name, ())
+        for entry in effective:
+            if entry.script == script:
+                return entry
+        if effective:
+            listed = ", ".join(f'"{entry.script}"' for entry in effective)
+            hint = (
+                f"This skill may run: {listed}. Only a script named in SKILL.md's mcp-host.run block and "
+                "accepted for this deployment may run."
+            )
+        else:
+            hint = (
+                "Nothing may run for this skill: a script needs both an mcp-host.run entry in SKILL.md AND "
+                "acceptance by this deployment; skill_list shows which is missing."
+            )
+        if any(entry.script == script for entry in skill.declaration.runs):
+            raise Refused(
+                "not-granted",
+                f'"{script}" is declared by the skill "{skill.name}" but is not granted for this deployment, '
+                "so it may not run",
+                hint,
+            )
+        raise Refused("not-declared", f'"{script}" is not declared as a runnable script by the skill "{skill.name}"', hint)
+
+    def _will_run(self, skill: Skill, entry: RunEntry, real_script: str, args: tuple[str, ...]) -> dict[str, Any]:
+        deployment = self.deployment
+        env = script_environment(deployment.environ, entry.env)
+        will_run: dict[str, Any] = {
+            "skill": skill.name,
+            "interpreter": entry.interpreter,
+            "argv": [entry.script, *args],
+            "cwd": skill.real_dir,
+            "timeoutMs": min(entry.timeout_ms, MAX_TIMEOUT_MS),
+            "scriptSha256": sha256_file(real_script)[0],
+            "envNames": sorted(env),
+        }
+        not_set = [name for name in entry.env if name not in deployment.environ]
+        if not_set:
+            will_run["envNotSet"] = not_set
+        handed = [name for name in entry.env if name in env]
+        if deployment.grant.grant_from == "declaration" and handed:
+            will_run["envWarning"] = (
+                "No MCP_SKILL_RUN grant is set, so this third-party script will be handed the VALUES of "
+                f"{', '.join(handed)} from this server's environment only because its own SKILL.md asked; "
+                "approve only if you would give this skill those secrets. Set MCP_SKILL_RUN to grant "
+                "variables explicitly."
+            )
+        return will_run
+
+    # --- the gate (§11) ---------------------------------------------------------------------------
+
+    def _mode(self) -> str:
+        return self.deployment.config.confirm_mode
+
+    def _confirm_path(self, ctx: ServerRequestContext[Any]) -> str:
+        capabilities = ctx.session.client_capabilities
+        declared = capabilities.model_dump(by_alias=True, exclude_none=True) if capabilities else None
+        return confirm.choose_path(
+            ctx.protocol_version in MODERN_PROTOCOL_VERSIONS,
+            confirm.declares_form_elicitation(declared),
+            self.deployment.config.elicitation,
+        )
+
+    async def _path_elicitation(self, ctx: ServerRequestContext[Any], draft: Draft) -> types.CallToolResult:
+        message, schema = confirm.elicitation_question(draft.will_run)
+        decision = "failed"
+        try:
+            with anyio.fail_after(self.deployment.config.ttl_seconds):
+                answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+            decision = _decision(answer)
+        except Exception:  # noqa: BLE001 - a client error or a timeout means "not confirmed"
+            decision = "failed"
+        self._log_confirm(draft, "elicitation", decision)
+        if decision != "accepted":
+            return text_result(minified(confirm.not_confirmed()))
+        try:
+            fresh = self._preview_stage(draft.skill.name, draft.entry.script, draft.args)
+        except Refused as refused:
+            return failure_result(refused)
+        if fresh.will_run != draft.will_run:
+            return text_result(minified(confirm.draft_changed(fresh.will_run)), is_error=True)
+        return await self._run_once(fresh, None)
+
+    async def _path_input_required(
+        self, ctx: ServerRequestContext[Any], draft: Draft
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        params = ctx.params or {}
+        responses = params.get("inputResponses") or {}
+        if not responses:
+            self._log_confirm(draft, "input-required", "asked")
+            return self._ask(draft)
+        decision = _decision(responses.get("confirm"))
+        self._log_confirm(draft, "input-required", decision)
+        if decision != "accepted":
+            return text_result(minified(confirm.not_confirmed()))
+        state = params.get("requestState")
+        if not isinstance(state, str):
+            return text_result(
+                "the confirmation answer arrived without the request state this server issued; nothing was run",
+                is_error=True,
+            )
+        approval = confirm.open_state(
+            self._key, state, draft.target, confirm.payload_hash(draft.will_run), self._clock_ms(), self._spent
+        )
+        if approval is None:
+            return self._ask(draft)
+        return await self._run_once(draft, approval)
+
+    def _ask(self, draft: Draft) -> types.InputRequiredResult:
+        message, schema = confirm.elicitation_question(draft.will_run)
+        state, _ = confirm.seal_state(
+            self._key, draft.target, confirm.payload_hash(draft.will_run), self._clock_ms(),
+            self.deployment.config.ttl_seconds, self._random_bytes(confirm.NONCE_BYTES),
+        )
+        request = {"method": "elicitation/create", "params": {"mode": "form", "message": message, "requestedSchema": schema}}
+        return types.InputRequiredResult.model_validate(
+            {"resultType": "input_required", "inputRequests": {"confirm": request}, "requestState": state}
+        )
+
+    async def _path_token(self, draft: Draft, token: str | None) -> types.CallToolResult:
+        mode = self._mode()
+        if mode == "refuse":
+            self._log_confirm(draft, "token", "confirmation-unsupported")
+            return text_result(minified(confirm.confirmation_unsupported(self._unsupported_cause())))
+        payload = confirm.payload_hash(draft.will_run)
+        if token is None:
+            self._log_confirm(draft, "token", "asked")
+            return text_result(minified(confirm.confirmation_required(draft.will_run, **self._offer(draft, payload))))
+        verdict = confirm.verify_token(self._key, token, draft.target, payload, self._clock_ms(), self._spent)
+        self._log_confirm(draft, "token", "ok" if verdict.ok else verdict.error)
+        if verdict.error == confirm.DRAFT_CHANGED:
+            offer = confirm.token_offer(**self._offer(draft, payload))
+            return text_result(minified(confirm.draft_changed(draft.will_run, offer)), is_error=True)
+        if not verdict.ok:
+            return text_result(minified(confirm.rejection(verdict.error)), is_error=True)
+        return await self._run_once(draft, verdict.approval)
+
+    def _offer(self, draft: Draft, payload: str) -> dict[str, Any]:
+        ttl = self.deployment.config.ttl_seconds
+        token, expires_ms = confirm.issue_token(
+            self._key, draft.target, payload, self._clock_ms(), ttl, self._random_bytes(confirm.NONCE_BYTES)
+        )
+        return {"token": token, "expires_ms": expires_ms, "ttl_s": ttl, "mode": self._mode()}
+
+    def _unsupported_cause(self) -> str:
+        config = self.deployment.config
+        if config.confirm_mode_reason == "ttl-invalid":
+            return "ttl-invalid"
+        return "elicitation-off" if not config.elicitation else "no-elicitation"
+
+    # --- running (§9.1 steps 10-11) ---------------------------------------------------------------
+
+    def _busy_refusal(self, draft: Draft) -> types.CallToolResult:
+        self._log.warning("run.refused", skill=draft.skill.name, script=draft.entry.script, reason="busy")
+        return failure_result(
+            ToolFailure(
+                "another skill script is already in flight on this server; nothing was run",
+                "Wait for it to finish and call again: one script runs at a time.",
+            )
+        )
+
+    async def _run_once(self, draft: Draft, approval: confirm.Approval | None) -> types.CallToolResult:
+        if self._busy:  # check-and-set with no await in between
+            return self._busy_refusal(draft)
+        self._busy = True
+        try:
+            if approval is not None:
+                try:
+                    spent_now = self._spent.spend(approval.nonce, approval.expires_ms, self._clock_ms())
+                except confirm.SpentStoreError as error:
+                    return failure_result(
+                        ToolFailure(f"the approval could not be recorded as spent ({error}); nothing was run",
+                                    "The spent-token store under MCP_DATA_DIR must be writable.")
+                    )
+                if not spent_now:
+                    return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
+            return await self._spawn(draft)
+        finally:
+            self._busy = False
+            self._active_pid = None
+
+    async def _spawn(self, draft: Draft) -> types.CallToolResult:
+        deployment, entry = self.deployment, draft.entry
+        env = script_environment(deployment.environ, entry.env)
+        argv = build_argv(entry.interpreter, deployment.interpreters[entry.interpreter], draft.real_script, draft.args)
+        config = deployment.config
+        limits = ChildLimits(config.rlimit_nproc, config.rlimit_as_mb)
+        timeout_ms = draft.will_run["timeoutMs"]
+
+        def started(pid: int) -> None:
+            self._active_pid = pid
+            self._log.info(
+                "run.start", skill=draft.skill.name, script=entry.script, interpreter=entry.interpreter, pid=pid,
+                timeoutMs=timeout_ms, argc=len(draft.args), argvSha256=argv_digest(draft),
+                envNames=sorted(env),
+            )
+
+        try:
+            outcome = await run_process(argv, draft.skill.real_dir, env, timeout_ms, limits, on_start=started)
+        except SpawnFailed as failed:
+            self._log.warning("run.refused", skill=draft.skill.name, script=entry.script, reason="spawn-failed")
+            runs = ", ".join(sorted(deployment.interpreters)) or "none"
+            return failure_result(
+                ToolFailure(
+                    f'could not start "{entry.script}": {failed}',
+                    f"This deployment runs: {runs}; the script must be a regular file inside the skill.",
+                )
+            )
+        result = self._result(draft, outcome, sorted(env))
+        self._log.info(
+            "run.end", skill=draft.skill.name, script=entry.script, exitCode=outcome.exit_code, signal=outcome.signal,
+            timedOut=outcome.timed_out, durationMs=outcome.duration_ms, truncated=result["truncated"],
+            stdoutBytes=outcome.stdout_bytes, stderrBytes=outcome.stderr_bytes, env=sorted(env),
+        )
+        return text_result(minified(result))
+
+    def _result(self, draft: Draft, outcome: RunOutcome, env_names: list[str]) -> dict[str, Any]:
+        config = self.deployment.config
+        result: dict[str, Any] = {
+            "skill": draft.skill.name,
+            "script": draft.entry.script,
+            "interpreter": draft.entry.interpreter,
+            "exitCode": outcome.exit_code,
+            "signal": outcome.signal,
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+            "truncated": {"stdout": outcome.truncated_stdout, "stderr": outcome.truncated_stderr},
+            "timedOut": outcome.timed_out,
+            "timeoutMs": draft.will_run["timeoutMs"],
+            "durationMs": outcome.duration_ms,
+            "env": env_names,
+        }
+        note = network_note(outcome, config.egress_fenced, config.proxy_set)
+        if note is not None:
+            result["networkNote"] = note
+        return result
+
+    # --- logs -----------------------------------------------------------------------------------
+
+    def _log_preview(self, draft: Draft, path: str) -> None:
+        shown_path = "refused" if path == "token" and self._mode() == "refuse" else path
+        self._log.info(
+            "run.preview", skill=draft.skill.name, script=draft.entry.script, interpreter=draft.entry.interpreter,
+            argc=len(draft.args), argBytes=_arg_bytes(draft.args), argvSha256=argv_digest(draft),
+            envNames=draft.will_run["envNames"], confirmPath=shown_path,
+        )
+
+    def _log_confirm(self, draft: Draft, path: str, decision: str | None) -> None:
+        self._log.info("run.confirm", skill=draft.skill.name, script=draft.entry.script, confirmPath=path, decision=decision)
+
+
+def _decision(answer: Any) -> str:
+    """An elicit result (model or wire dict) → accepted / declined / cancelled / failed."""
+    if answer is None:
+        return "failed"
+    if hasattr(answer, "model_dump"):
+        answer = answer.model_dump(by_alias=True, exclude_none=True)
+    if not isinstance(answer, dict):
+        return "failed"
+    action = answer.get("action")
+    if action == "accept":
+        content = answer.get("content") or {}
+        return "accepted" if content.get("confirmed") is True else "declined"
+    return {"decline": "declined", "cancel": "cancelled"}.get(action, "failed")
+
+
+def _arg_bytes(args: tuple[str, ...]) -> int:
+    return sum(len(arg.encode("utf-8", "surrogatepass")) for arg in args)
+
+
+def argv_digest(draft: Draft) -> str:
+    import hashlib
+
+    canonical = json.dumps(draft.will_run["argv"], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _check_arguments(args: tuple[str, ...]) -> None:
+    hint = "Pass a path (for example a file under MCP_DATA_DIR) rather than a payload."
+    if len(args) > MAX_ARGS:
+        raise Refused("bad-arguments", f"too many arguments: {len(args)}, the cap is {MAX_ARGS}", hint)
+    if any("\0" in arg for arg in args):
+        raise Refused("bad-arguments", "an argument contains a NUL byte", "Arguments are C strings; remove the NUL.")
+    total = _arg_bytes(args)
+    if total > MAX_ARG_BYTES:
+        raise Refused("bad-arguments", f"arguments total {total} bytes, over the {MAX_ARG_BYTES}-byte cap", hint)

@@ -1,0 +1,133 @@
+"""MCP wiring (SPEC §5, §8): connects protocol methods to the pure handlers, both eras.
+
+Nothing here decides what is served; it only translates between the SDK's models and
+the handlers' plain values, and keeps every exception off the wire.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+
+from . import surfaces
+from .deployment import Deployment
+from .logs import get_logger
+from .schemas import TOOLS, TOOLS_BY_NAME, schema_violation
+from .tools import READ_TOOLS, ToolFailure, minified
+from .version import package_version
+
+SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
+
+RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
+
+
+def text_result(text: str, *, is_error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=is_error)
+
+
+def failure_result(failure: ToolFailure) -> types.CallToolResult:
+    return text_result(failure.text(), is_error=True)
+
+
+async def _run_unavailable(ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
+    return failure_result(
+        ToolFailure(
+            "running scripts is not available in this build of skill-mcp; nothing was run",
+            "Every skill's instructions and files are served through skill_load and skill_file.",
+        )
+    )
+
+
+def build_server(deployment: Deployment, run_tool: RunTool | None = None) -> Server[Any]:
+    log = get_logger()
+    run_tool = run_tool or _run_unavailable
+    tool_models = [types.Tool.model_validate(tool) for tool in TOOLS]
+
+    async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tool_models)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        name = params.name
+        if name not in TOOLS_BY_NAME:
+            return text_result(f'unknown tool "{name}"', is_error=True)
+        arguments = params.arguments or {}
+        if (violation := schema_violation(name, arguments)) is not None:
+            return text_result(violation, is_error=True)
+        try:
+            if name == "skill_run":
+                return await run_tool(ctx, arguments)
+            return text_result(minified(READ_TOOLS[name](deployment, arguments)))
+        except ToolFailure as failure:
+            return failure_result(failure)
+        except Exception as error:  # noqa: BLE001 - the low-level SDK would turn it into a bare JSON-RPC error
+            log.error("tool.error", tool=name, errorType=type(error).__name__)
+            return text_result(f"an internal error occurred in {name}; nothing more is known here, see the server log", is_error=True)
+
+    def bad_request(action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except surfaces.BadRequest as bad:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(bad)) from None
+
+    async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult.model_validate({"prompts": surfaces.prompts(deployment)})
+
+    async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        return types.GetPromptResult.model_validate(bad_request(lambda: surfaces.prompt(deployment, params.name)))
+
+    async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        cursor = params.cursor if params else None
+        page, next_cursor = bad_request(lambda: surfaces.resources_page(deployment, cursor))
+        return types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
+
+    async def list_templates(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": [surfaces.RESOURCE_TEMPLATE]})
+
+    async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        return types.ReadResourceResult.model_validate(bad_request(lambda: surfaces.read_resource(deployment, str(params.uri))))
+
+    server: Server[Any] = Server(
+        "skill-mcp",
+        version=package_version(),
+        instructions=surfaces.instructions(deployment),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+    )
+    server.extensions = {SKILLS_EXTENSION: {"directoryRead": True}}
+    return server
+
+
+async def serve_stdio(server: Server[Any], on_shutdown: Callable[[str], Awaitable[None]]) -> None:
+    """Serve until stdin closes or a signal arrives, then shut down cleanly with exit status 0."""
+    from mcp.server.stdio import stdio_server
+
+    reason = "eof"
+    async with anyio.create_task_group() as group:
+
+        async def watch_signals() -> None:
+            nonlocal reason
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    reason = "signal"
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(watch_signals)
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        group.cancel_scope.cancel()
+    await on_shutdown(reason)

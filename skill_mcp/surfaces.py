@@ -1,0 +1,157 @@
+"""The second doors (SPEC §8): one prompt per skill, one `skill://` resource per bundled file,
+and the `instructions` catalog (SPEC §5.1). Pure: deployment in, JSON-able values out."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, unquote_to_bytes
+
+from .deployment import Deployment
+from .files import encode_content, media_type, read_capped
+from .limits import MAX_FILE_BYTES
+from .model import Skill
+from .paths import PathRefused, resolve_in_skill
+from .tools import ToolFailure, find_skill
+
+RESOURCES_PAGE = 500
+_INSTRUCTION_SKILLS = 64
+_INSTRUCTION_DESCRIPTION_CHARS = 160
+_INSTRUCTIONS_MAX_CHARS = 16384
+
+
+class BadRequest(Exception):
+    """Bad input on a non-tool method: becomes JSON-RPC -32602 with this message."""
+
+
+def instructions(deployment: Deployment) -> str:
+    lines = [
+        "This server serves Agent Skills through four tools: skill_list, skill_load, skill_file and skill_run; "
+        "every skill_run asks for confirmation before anything runs."
+    ]
+    skills = deployment.skills
+    if not skills:
+        lines.append("No skills were found; call skill_list for the problems that say why.")
+    for skill in skills[:_INSTRUCTION_SKILLS]:
+        description = " ".join((skill.description or "").split("\n"))
+        if len(description) > _INSTRUCTION_DESCRIPTION_CHARS:
+            description = description[: _INSTRUCTION_DESCRIPTION_CHARS - 1] + "…"
+        lines.append(f"- {skill.name}: {description}")
+    if len(skills) > _INSTRUCTION_SKILLS:
+        lines.append(f"…and {len(skills) - _INSTRUCTION_SKILLS} more skills; call skill_list to see them all.")
+    return "\n".join(lines)[:_INSTRUCTIONS_MAX_CHARS]
+
+
+# --- prompts ----------------------------------------------------------------------------------
+
+
+def prompt_description(skill: Skill) -> str:
+    parts = [part for part in (skill.description, skill.when_to_use) if part]
+    return " ".join(parts) if parts else f"The {skill.name} skill."
+
+
+def prompts(deployment: Deployment) -> list[dict[str, Any]]:
+    return [
+        {"name": skill.name, "title": skill.name, "description": prompt_description(skill)}
+        for skill in deployment.skills
+    ]
+
+
+def prompt(deployment: Deployment, name: str) -> dict[str, Any]:
+    try:
+        skill = find_skill(deployment, name)
+    except ToolFailure as failure:
+        raise BadRequest(failure.message) from None
+    return {
+        "description": prompt_description(skill),
+        "messages": [{"role": "user", "content": {"type": "text", "text": skill.body}}],
+    }
+
+
+# --- resources --------------------------------------------------------------------------------
+
+
+def resource_uri(skill_name: str, rel: str) -> str:
+    return f"skill://{skill_name}/" + "/".join(quote(segment, safe="") for segment in rel.split("/"))
+
+
+def _resource(deployment: Deployment, skill: Skill, rel: str, size: int) -> dict[str, Any]:
+    shown_name = skill.name
+    if rel == "SKILL.md" and skill.name in deployment.extension_names:
+        shown_name = skill.frontmatter.get("name", skill.name)
+    resource = {
+        "uri": resource_uri(skill.name, rel),
+        "name": f"{shown_name}/{rel}",
+        "title": f"{skill.name}: {rel}",
+        "mimeType": media_type(rel),
+        "size": size,
+    }
+    if rel == "SKILL.md" and skill.description is not None:
+        resource["description"] = skill.description
+    return resource
+
+
+def resources_page(deployment: Deployment, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    total = sum(len(skill.manifest) for skill in deployment.skills)
+    start = page_start(cursor, total, RESOURCES_PAGE)
+    page: list[dict[str, Any]] = []
+    offset = 0
+    for skill in deployment.skills:
+        count = len(skill.manifest)
+        if offset + count > start and len(page) < RESOURCES_PAGE:
+            for entry in skill.manifest[max(0, start - offset) :]:
+                if len(page) == RESOURCES_PAGE:
+                    break
+                page.append(_resource(deployment, skill, entry.path, entry.size))
+        offset += count
+    end = start + len(page)
+    return page, (str(end) if end < total else None)
+
+
+def page_start(cursor: str | None, total: int, page_size: int) -> int:
+    """Cursors are the decimal offset of a page boundary; anything else is unknown."""
+    if cursor is None:
+        return 0
+    if cursor.isdigit() and cursor == str(int(cursor)):
+        start = int(cursor)
+        if 0 < start < total and start % page_size == 0:
+            return start
+    raise BadRequest(f"unknown cursor {cursor[:64]!r}; start again without a cursor")
+
+
+RESOURCE_TEMPLATE = {
+    "uriTemplate": "skill://{skill}/{+path}",
+    "name": "skill-file",
+    "title": "A bundled file of a skill",
+    "description": "Any file listed by skill_load, addressed by skill name and relative path.",
+}
+
+
+def split_skill_uri(uri: str) -> tuple[str, str]:
+    """`skill://<name>/<path>` → (name, decoded relative path); the path is decoded once, strictly."""
+    if not uri.startswith("skill://"):
+        raise BadRequest(f"{uri[:120]!r} is not a skill:// URI; use skill://<skill>/<path> as listed by resources/list")
+    name, slash, encoded = uri[len("skill://") :].partition("/")
+    if not name or not slash:
+        raise BadRequest(f"{uri[:120]!r} names no file; use skill://<skill>/<path> as listed by resources/list")
+    try:
+        rel = unquote_to_bytes(encoded).decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest(f"{uri[:120]!r} does not decode to a UTF-8 path") from None
+    return name, rel
+
+
+def read_resource(deployment: Deployment, uri: str) -> dict[str, Any]:
+    name, rel = split_skill_uri(uri)
+    try:
+        skill = find_skill(deployment, name)
+        read = read_capped(resolve_in_skill(skill.real_dir, rel), MAX_FILE_BYTES)
+    except (ToolFailure, PathRefused) as refused:
+        raise BadRequest(refused.message) from None
+    except OSError as error:
+        raise BadRequest(f'"{rel}" could not be read: {error.strerror or error}') from None
+    encoding, content = encode_content(read.data)
+    contents: dict[str, Any] = {"uri": uri, "mimeType": media_type(rel)}
+    contents["text" if encoding == "utf-8" else "blob"] = content
+    if read.truncated:
+        contents["_meta"] = {"skill-mcp/truncated": True, "skill-mcp/size": read.size}
+    return {"contents": [contents]}

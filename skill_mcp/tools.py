@@ -1,0 +1,202 @@
+"""The read tools (SPEC §7) and the result conventions every tool shares (SPEC §5.3).
+
+Handlers take the deployment and validated arguments and return a JSON-able object or
+raise `ToolFailure`; the server turns those into `CallToolResult`s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .deployment import Deployment
+from .files import encode_content, media_type, read_capped
+from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
+from .model import RunEntry, Skill
+from .paths import PathRefused, resolve_in_skill
+
+_MAX_NAMES_IN_HINT = 64
+
+
+class ToolFailure(Exception):
+    """A refusal the caller can act on: `message`, then an optional hint."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def text(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n\nHint: {self.hint}"
+
+
+def minified(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def find_skill(deployment: Deployment, name: str) -> Skill:
+    skill = deployment.by_name.get(name)
+    if skill is None:
+        raise ToolFailure(f'no skill named "{name}"', _served_names_hint(deployment))
+    return skill
+
+
+def _served_names_hint(deployment: Deployment) -> str:
+    names = [skill.name for skill in deployment.skills]
+    if not names:
+        return "No skills were found on this server; call skill_list, whose problems say why."
+    shown = ", ".join(names[:_MAX_NAMES_IN_HINT])
+    more = len(names) - _MAX_NAMES_IN_HINT
+    return f"This server serves: {shown}" + (f", and {more} more." if more > 0 else ".")
+
+
+def _present(**fields: Any) -> dict[str, Any]:
+    """Drop the optional fields that are absent (None)."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+# --- skill_list -------------------------------------------------------------------------------
+
+
+def skill_list(deployment: Deployment) -> dict[str, Any]:
+    grant = deployment.grant
+    hardening = deployment.hardening
+    return {
+        "roots": list(deployment.roots),
+        "rootsFrom": deployment.roots_from,
+        "grantFrom": grant.grant_from,
+        **_present(grantNote=grant.grant_note, grantError=grant.grant_error),
+        "interpreters": sorted(deployment.interpreters),
+        "hardening": {
+            "environScrubbed": hardening.environ_scrubbed,
+            "nonDumpable": hardening.non_dumpable,
+            "noNewPrivs": hardening.no_new_privs,
+            "rlimitNproc": hardening.rlimit_nproc,
+            "rlimitAsMb": hardening.rlimit_as_mb,
+        },
+        "skills": [_listed_skill(deployment, skill) for skill in deployment.skills],
+        "problems": [problem.to_json() for problem in deployment.problems],
+    }
+
+
+def _listed_skill(deployment: Deployment, skill: Skill) -> dict[str, Any]:
+    effective = deployment.effective.get(skill.name, ())
+    runnable = [entry for entry in effective if deployment.runnable(entry)]
+    effective_scripts = {entry.script for entry in effective}
+    declared = skill.declaration.runs
+    listed = {
+        "name": skill.name,
+        **_present(description=skill.description, whenToUse=skill.when_to_use),
+        "source": skill.source,
+        "files": len(skill.manifest),
+        "bytes": sum(entry.size for entry in skill.manifest),
+        "executable": bool(runnable) and deployment.run_block is None,
+        "scripts": [_script_json(entry) for entry in runnable],
+        "unavailableScripts": [
+            {"script": entry.script, "reason": unavailable_reason(deployment, entry)}
+            for entry in declared
+            if not deployment.runnable(entry)
+        ],
+    }
+    ungranted = [
+        {"script": entry.script, "reason": "declared by the skill and not granted for this deployment, so it may not run here"}
+        for entry in declared
+        if deployment.runnable(entry) and entry.script not in effective_scripts
+    ]
+    if ungranted:
+        listed["ungrantedScripts"] = ungranted
+    if skill.declaration.egress:
+        listed["declaredEgress"] = list(skill.declaration.egress)
+    return listed
+
+
+def _script_json(entry: RunEntry) -> dict[str, Any]:
+    return {"script": entry.script, "interpreter": entry.interpreter, "timeoutMs": entry.timeout_ms, "env": list(entry.env)}
+
+
+def unavailable_reason(deployment: Deployment, entry: RunEntry) -> str:
+    runs = ", ".join(sorted(deployment.interpreters)) or "none"
+    return f'declares the interpreter "{entry.interpreter}"; this deployment runs: {runs}'
+
+
+# --- skill_load -------------------------------------------------------------------------------
+
+
+def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
+    skill = find_skill(deployment, name)
+    loaded: dict[str, Any] = {
+        "name": skill.name,
+        **_present(description=skill.description, whenToUse=skill.when_to_use),
+        "source": skill.source,
+        "body": skill.body,
+        "truncated": skill.body_truncated,
+    }
+    if skill.body_truncated:
+        loaded["truncationNote"] = (
+            f"SKILL.md was cut at {MAX_SKILL_MD_BYTES} bytes (frontmatter included); the rest is not served."
+        )
+    loaded["files"] = [{"path": entry.path, "size": entry.size} for entry in skill.manifest]
+    loaded["scripts"] = [
+        {"script": entry.script, "interpreter": entry.interpreter, "runnableHere": deployment.runnable(entry)}
+        for entry in deployment.effective.get(skill.name, ())
+    ]
+    return loaded
+
+
+# --- skill_file -------------------------------------------------------------------------------
+
+
+def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str, Any]:
+    skill = find_skill(deployment, name)
+    # Pass 1 decides the call's budget from sizes alone, so nothing is read when it is over.
+    resolved: list[tuple[str, str] | dict[str, str]] = []
+    total = 0
+    for rel in paths:
+        try:
+            real = resolve_in_skill(skill.real_dir, rel)
+            total += min(os.stat(real).st_size, MAX_FILE_BYTES)
+            resolved.append((rel, real))
+        except PathRefused as refused:
+            resolved.append({"path": rel, "error": refused.message})
+        except OSError as error:
+            resolved.append({"path": rel, "error": f'"{rel}" could not be read: {error.strerror or error}'})
+    if total > MAX_CALL_BYTES:
+        raise ToolFailure(
+            f"the {len(paths)} paths total {total} bytes to read, over this call's {MAX_CALL_BYTES}-byte limit; "
+            "nothing was read",
+            "Ask for fewer files per call, or read the largest file alone; skill_load lists every file's size.",
+        )
+    return {"skill": skill.name, "files": [_read_entry(item) for item in resolved]}
+
+
+def _read_entry(item: tuple[str, str] | dict[str, str]) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item
+    rel, real = item
+    try:
+        read = read_capped(real, MAX_FILE_BYTES)
+    except PathRefused as refused:
+        return {"path": rel, "error": refused.message}
+    except OSError as error:
+        return {"path": rel, "error": f'"{rel}" could not be read: {error.strerror or error}'}
+    encoding, content = encode_content(read.data)
+    entry: dict[str, Any] = {
+        "path": rel,
+        "size": read.size,
+        "mediaType": media_type(rel),
+        "encoding": encoding,
+        "truncated": read.truncated,
+    }
+    if read.truncated:
+        entry["truncationNote"] = f"the file is {read.size} bytes; the first {MAX_FILE_BYTES} bytes are returned"
+    entry["content"] = content
+    return entry
+
+
+READ_TOOLS: Mapping[str, Any] = {
+    "skill_list": lambda deployment, args: skill_list(deployment),
+    "skill_load": lambda deployment, args: skill_load(deployment, args["name"]),
+    "skill_file": lambda deployment, args: skill_file(deployment, args["name"], args["paths"]),
+}
