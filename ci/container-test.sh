@@ -1,0 +1,370 @@
+#!/usr/bin/env bash
+# Container CI stage (SPEC §15.6 item 3) on a machine with no systemd and no container registry:
+# a private dockerd, a Debian base image made with debootstrap, a BuildKit build with the pip CA
+# as a secret, smoke tests over stdio, a leak check, and the compose egress stack (§15.4).
+# Runs as root with apt; otherwise skipped with a notice. Bounded by a 600 s timeout.
+#
+# Environment (all optional):
+#   SKILL_MCP_CI_CACHE  cache dir for the debootstrap tarball and dockerd's data root
+#                       (default: <repo>/.ci/cache, gitignored)
+#   DEBIAN_MIRROR       debootstrap mirror (default: the host's apt mirror, else deb.debian.org)
+#   PIP_CA              CA bundle handed to the build as the pip_ca secret (default: pip's
+#                       configured cert, else the system bundle)
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+skip() { echo "SKIP: container test: $*"; exit 0; }
+if [ "${SKILL_MCP_CT_TIMED:-}" != 1 ]; then
+    [ "$(id -u)" -eq 0 ] || skip "needs root"
+    command -v apt-get >/dev/null || skip "needs apt-get (Debian)"
+    command -v timeout >/dev/null || skip "needs timeout (coreutils)"
+    export SKILL_MCP_CT_TIMED=1
+    rc=0
+    timeout --kill-after=30 600 bash "$0" "$@" || rc=$?
+    [ "$rc" -ne 124 ] || echo "FAIL: container test: timed out after 600 s" >&2
+    exit "$rc"
+fi
+
+t0=$(date +%s)
+cache=${SKILL_MCP_CI_CACHE:-$repo/.ci/cache}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
+run=$(mktemp -d /tmp/smct.XXXXXX)   # short path: dockerd's socket and exec root live here
+image=skill-mcp:local
+base=local/debian:bookworm
+docker=/usr/bin/docker              # the Debian client: a newer one on PATH may demand buildx
+project="skmcpct$$"
+export DOCKER_HOST="unix://$run/docker.sock"
+
+step() { echo "--- [$(($(date +%s) - t0)) s] $*"; }
+fail() { echo "FAIL: container test: $*" >&2; exit 1; }
+elapsed() { echo $(($(date +%s) - $1)); }
+
+# ---- packages -------------------------------------------------------------------------------
+need=()
+[ -x /usr/sbin/dockerd ] && [ -x "$docker" ] || need+=(docker.io)
+command -v docker-compose >/dev/null || need+=(docker-compose)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v nft >/dev/null || need+=(nftables)
+command -v ip >/dev/null || need+=(iproute2)
+if [ "${#need[@]}" -gt 0 ]; then
+    step "apt-get install ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if pidof dockerd >/dev/null; then
+    skip "another dockerd is running (pid $(pidof dockerd)); this test starts and owns its own"
+fi
+
+# ---- state before, for teardown ------------------------------------------------------------
+tables_before=$(nft list tables 2>/dev/null || true)
+docker0_before=no
+ip link show docker0 >/dev/null 2>&1 && docker0_before=yes
+forward_before=$(cat /proc/sys/net/ipv4/ip_forward)
+dockerd_pid=""
+compose_up=no
+
+compose() { docker-compose --ansi never -p "$project" -f "$repo/compose.yaml" "$@"; }
+
+teardown() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    echo "--- teardown"
+    if [ "$compose_up" = yes ]; then
+        compose down -v --remove-orphans >"$run/compose-down.log" 2>&1 ||
+            echo "warning: docker-compose down failed, see $run/compose-down.log" >&2
+    fi
+    if [ -n "$dockerd_pid" ] && kill -0 "$dockerd_pid" 2>/dev/null; then
+        kill -TERM "$dockerd_pid"
+        for _ in $(seq 1 60); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.5; done
+        if kill -0 "$dockerd_pid" 2>/dev/null; then
+            echo "warning: dockerd $dockerd_pid ignored SIGTERM for 30 s; sending SIGKILL" >&2
+            kill -KILL "$dockerd_pid"
+        fi
+    fi
+    # Remove what dockerd leaves behind, but only what did not exist before this test.
+    local table
+    while read -r table; do
+        [ -n "$table" ] || continue
+        # shellcheck disable=SC2086 # "table FAMILY NAME" splits into nft's arguments
+        printf '%s\n' "$tables_before" | grep -qxF "$table" || nft delete $table
+    done <<<"$(nft list tables 2>/dev/null)"
+    if [ "$docker0_before" = no ] && ip link show docker0 >/dev/null 2>&1; then
+        ip link delete docker0
+    fi
+    if [ "$(cat /proc/sys/net/ipv4/ip_forward)" != "$forward_before" ]; then
+        echo "$forward_before" >/proc/sys/net/ipv4/ip_forward
+    fi
+    if [ "$rc" -ne 0 ] && [ -f "$run/dockerd.log" ]; then
+        echo "--- last lines of dockerd.log" >&2
+        tail -n 20 "$run/dockerd.log" >&2
+    fi
+    if findmnt -rn -o TARGET | grep -q "^$run"; then
+        echo "warning: mounts remain under $run; leaving it in place" >&2
+    else
+        rm -rf "$run"
+    fi
+    exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- policy check (cheap, first) -----------------------------------------------------------
+step "policy check: nftables/egress.nft has no flush ruleset"
+if grep -qiE 'flush[[:space:]]+ruleset' "$repo/nftables/egress.nft"; then
+    fail "nftables/egress.nft contains 'flush ruleset' (it would wipe the engine's DNS rules)"
+fi
+
+# ---- dockerd --------------------------------------------------------------------------------
+step "start dockerd (data root $cache/docker)"
+setsid /usr/sbin/dockerd \
+    --data-root "$cache/docker" --exec-root "$run/exec" --pidfile "$run/dockerd.pid" \
+    --host "$DOCKER_HOST" >"$run/dockerd.log" 2>&1 </dev/null &
+for _ in $(seq 1 120); do
+    [ -s "$run/dockerd.pid" ] && dockerd_pid=$(cat "$run/dockerd.pid")
+    [ -n "$dockerd_pid" ] && "$docker" info >/dev/null 2>&1 && break
+    sleep 0.5
+done
+[ -n "$dockerd_pid" ] || dockerd_pid=$(jobs -p | tail -n 1)
+"$docker" info >/dev/null 2>&1 || fail "dockerd did not come up within 60 s"
+echo "dockerd pid $dockerd_pid"
+
+# ---- base image without a registry ----------------------------------------------------------
+tarball="$cache/debian-bookworm-minbase.tar.gz"
+if ! "$docker" image inspect "$base" >/dev/null 2>&1; then
+    if [ ! -s "$tarball" ]; then
+        mirror=${DEBIAN_MIRROR:-}
+        if [ -z "$mirror" ]; then
+            mirror=$(sed -n 's/^URIs:[[:space:]]*\(http[^[:space:]]*\/debian\)\/*$/\1/p' \
+                /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
+        fi
+        if [ -z "$mirror" ]; then
+            mirror=$(sed -n 's/^deb[[:space:]]\+\(http[^[:space:]]*\/debian\)\/*[[:space:]]\+bookworm[[:space:]].*/\1/p' \
+                /etc/apt/sources.list 2>/dev/null | head -n 1)
+        fi
+        mirror=${mirror:-http://deb.debian.org/debian}
+        step "debootstrap --variant=minbase bookworm from $mirror"
+        tb=$(date +%s)
+        rootfs="$run/rootfs"
+        debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$run/debootstrap.log" 2>&1 ||
+            { tail -n 20 "$run/debootstrap.log" >&2; fail "debootstrap failed"; }
+        rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin \
+            "$rootfs"/var/lib/apt/lists/*
+        tar --numeric-owner -C "$rootfs" -czf "$tarball.part" .
+        mv "$tarball.part" "$tarball"
+        rm -rf "$rootfs"
+        echo "debootstrap + tarball: $(elapsed "$tb") s"
+    fi
+    step "docker import $base"
+    "$docker" import "$tarball" "$base" >/dev/null
+fi
+
+# ---- build ----------------------------------------------------------------------------------
+ca=${PIP_CA:-${PIP_CERT:-}}
+if [ -z "$ca" ]; then
+    for py in python3 /usr/bin/python3; do
+        ca=$("$py" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | head -n 1) || true
+        [ -z "$ca" ] || break
+    done
+fi
+ca=${ca:-/etc/ssl/certs/ca-certificates.crt}
+[ -s "$ca" ] || fail "CA bundle $ca is missing or empty"
+step "build $image (BASE_IMAGE=$base, pip_ca secret from $ca)"
+tb=$(date +%s)
+DOCKER_BUILDKIT=1 "$docker" build --progress=plain \
+    --build-arg "BASE_IMAGE=$base" --secret "id=pip_ca,src=$ca" \
+    -t "$image" "$repo" >"$run/build.log" 2>&1 ||
+    { tail -n 40 "$run/build.log" >&2; fail "docker build failed"; }
+build_s=$(elapsed "$tb")
+size=$("$docker" image inspect -f '{{.Size}}' "$image")
+echo "build: ${build_s} s; image size: $((size / 1048576)) MiB ($size bytes)"
+
+# ---- smoke ----------------------------------------------------------------------------------
+step "smoke: user, interpreters, nft, venv not on PATH"
+user=$("$docker" image inspect -f '{{.Config.User}}' "$image")
+[ "$user" = "10001:10001" ] || fail "default user is '$user', expected 10001:10001"
+"$docker" run --rm "$image" sh -euc '
+    test "$(id -u):$(id -g)" = "10001:10001" || { echo "runs as $(id -u):$(id -g)"; exit 1; }
+    for tool in python3 node nft setpriv; do command -v "$tool" >/dev/null || { echo "no $tool"; exit 1; }; done
+    test "$(command -v python3)" = /usr/bin/python3 || { echo "python3 is $(command -v python3)"; exit 1; }
+    case ":$PATH:" in *:/app/venv*) echo "venv on PATH: $PATH"; exit 1;; esac
+    test -x /app/venv/bin/skill-mcp || { echo "no /app/venv/bin/skill-mcp"; exit 1; }
+    test -f /skills/skill-mcp-demo/SKILL.md || { echo "no demo skill in /skills"; exit 1; }
+    test "$(stat -c %u:%g /data)" = 10001:10001 || { echo "/data not owned by 10001"; exit 1; }
+    test "$SKILLS_DIR" = /skills || { echo "SKILLS_DIR=$SKILLS_DIR"; exit 1; }
+    echo "python3 $(python3 -c "import sys; print(sys.version.split()[0], sys.prefix)"); node $(node --version)"
+' || fail "image layout"
+
+step "smoke: initialize, tools/list and a two-step skill_run of each demo script over stdio"
+cat >"$run/mcp-driver.py" <<'PY'
+"""Minimal stdlib JSON-RPC client for the MCP stdio transport (newline-delimited JSON)."""
+import json
+import selectors
+import subprocess
+import sys
+import time
+
+DEMO = "skill-mcp-demo"
+proc = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+sel = selectors.DefaultSelector()
+sel.register(proc.stdout, selectors.EVENT_READ)
+buf = b""
+next_id = 0
+
+
+def send(msg):
+    proc.stdin.write(json.dumps(msg).encode() + b"\n")
+    proc.stdin.flush()
+
+
+def read_message(deadline):
+    global buf
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or not sel.select(left):
+            raise SystemExit("FAIL: no answer from the server in time")
+        chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(65536)
+        if not chunk:
+            raise SystemExit("FAIL: the server closed stdout")
+        buf += chunk
+    line, buf = buf.split(b"\n", 1)
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise SystemExit(f"FAIL: non-JSON line on stdout: {line[:200]!r}")
+
+
+def request(method, params, timeout=60):
+    global next_id
+    next_id += 1
+    send({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params})
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = read_message(deadline)
+        if msg.get("id") == next_id and ("result" in msg or "error" in msg):
+            if "error" in msg:
+                raise SystemExit(f"FAIL: {method}: {msg['error']}")
+            return msg["result"]
+        # Notifications and server requests are not expected here; ignore them.
+
+
+def tool(name, arguments):
+    result = request("tools/call", {"name": name, "arguments": arguments})
+    text = result["content"][0]["text"]
+    if result.get("isError"):
+        raise SystemExit(f"FAIL: {name} {arguments}: {text}")
+    return json.loads(text)
+
+
+init = request("initialize", {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {},
+    "clientInfo": {"name": "container-test", "version": "0"},
+})
+name = init.get("serverInfo", {}).get("name")
+if name != "skill-mcp":
+    raise SystemExit(f"FAIL: serverInfo.name is {name!r}")
+print(f"initialize: {init['serverInfo']} protocol {init.get('protocolVersion')}")
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+tools = [t["name"] for t in request("tools/list", {})["tools"]]
+if tools != ["skill_list", "skill_load", "skill_file", "skill_run"]:
+    raise SystemExit(f"FAIL: tools/list gave {tools}")
+print(f"tools/list: {tools}")
+
+for script, interpreter in (("scripts/report.py", "python3"), ("scripts/report.js", "node")):
+    first = tool("skill_run", {"name": DEMO, "script": script, "args": ["one", "two words"]})
+    if first.get("status") != "confirmation-required" or not first.get("confirmToken"):
+        raise SystemExit(f"FAIL: {script}: first call gave {first}")
+    will = first["preview"]["willRun"]
+    if will["interpreter"] != interpreter:
+        raise SystemExit(f"FAIL: {script}: willRun interpreter {will['interpreter']}")
+    second = tool("skill_run", {"name": DEMO, "script": script, "args": ["one", "two words"],
+                                "confirmToken": first["confirmToken"]})
+    if second.get("exitCode") != 0 or second.get("timedOut"):
+        raise SystemExit(f"FAIL: {script}: run gave {second}")
+    report = json.loads(second["stdout"])
+    if report.get("argv", [])[-2:] != ["one", "two words"]:
+        raise SystemExit(f"FAIL: {script}: argv {report.get('argv')}")
+    print(f"skill_run {script}: exit 0, interpreter {report.get('interpreter')}, "
+          f"env {report.get('envNames')}")
+
+proc.stdin.close()
+try:
+    rc = proc.wait(timeout=15)
+except subprocess.TimeoutExpired:
+    proc.kill()
+    raise SystemExit("FAIL: the server did not exit within 15 s of stdin EOF")
+if rc != 0:
+    raise SystemExit(f"FAIL: the server exited {rc} on stdin EOF")
+print("stdin EOF: clean exit")
+PY
+/usr/bin/python3 "$run/mcp-driver.py" "$docker" run -i --rm --init "$image" ||
+    fail "stdio smoke"
+
+# ---- leak check -----------------------------------------------------------------------------
+step "leak check: the pip CA and PIP_CERT are not in the image"
+if "$docker" history --no-trunc "$image" | grep -q PIP_CERT; then
+    fail "the image history mentions PIP_CERT"
+fi
+if "$docker" image inspect "$image" | grep -q PIP_CERT; then
+    fail "the image config mentions PIP_CERT"
+fi
+cid=$("$docker" create "$image")
+"$docker" export "$cid" >"$run/rootfs.tar"
+"$docker" rm "$cid" >/dev/null
+/usr/bin/python3 - "$ca" "$run/rootfs.tar" <<'PY' || fail "CA leak check"
+"""Fail if a distinctive line of the pip CA bundle occurs anywhere in the image filesystem.
+
+Certificates the image ships anyway (Debian's ca-certificates) are not distinctive; a line of
+every other certificate in the bundle is searched for.
+"""
+import re
+import sys
+import tarfile
+
+bundle = open(sys.argv[1], "rb").read()
+pems = re.findall(rb"-----BEGIN CERTIFICATE-----\s+(.*?)-----END CERTIFICATE-----", bundle, re.S)
+with tarfile.open(sys.argv[2]) as tar:
+    shipped = b""
+    for name in ("etc/ssl/certs/ca-certificates.crt",):
+        try:
+            shipped += tar.extractfile(name).read()
+        except (KeyError, AttributeError):
+            pass
+    needles = []
+    for pem in pems:
+        lines = [l.strip() for l in pem.split(b"\n") if len(l.strip()) == 64]
+        if lines and lines[len(lines) // 2] not in shipped:
+            needles.append(lines[len(lines) // 2])
+    if not needles:
+        print("no certificate in the bundle is absent from the image's own trust store; "
+              "nothing distinctive to search for")
+        sys.exit(0)
+    hits = []
+    for member in tar:
+        if not member.isfile():
+            continue
+        data = tar.extractfile(member).read()
+        hits += [member.name for needle in needles if needle in data]
+print(f"searched the image for {len(needles)} distinctive CA line(s): {len(hits)} hit(s)")
+if hits:
+    print("FAIL: CA material found in: " + ", ".join(sorted(set(hits))))
+    sys.exit(1)
+PY
+rm -f "$run/rootfs.tar"
+
+# ---- egress: the compose stack (§15.4) ------------------------------------------------------
+step "egress: docker-compose stack (appliance must see outside blocked; control must see it open)"
+compose_up=yes
+compose run --rm appliance >"$run/appliance.log" 2>&1 && appliance_rc=0 || appliance_rc=$?
+cat "$run/appliance.log"
+compose run --rm control >"$run/control.log" 2>&1 && control_rc=0 || control_rc=$?
+cat "$run/control.log"
+[ "$control_rc" -eq 0 ] || fail "negative control could not reach outside (exit $control_rc): the test cannot see an open network"
+[ "$appliance_rc" -eq 0 ] || fail "appliance probe failed (exit $appliance_rc)"
+
+echo "PASS: container test ($(elapsed "$t0") s; build ${build_s} s; image $((size / 1048576)) MiB)"
