@@ -170,7 +170,8 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
             read_path = None
         if read_path is None or not _inside(read_path, real_dir, strictly=True):
             target = read_path or "unresolvable"
-            refuse("symlink-escape", f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused")
+            detail = f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused"
+            refuse("symlink-escape", detail)
             return None
         status = os.stat(read_path)
     if not stat.S_ISREG(status.st_mode):
@@ -208,7 +209,8 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     listed = {entry.path for entry in manifest}
     for run in declaration.runs:
         if run.script not in listed:
-            refuse("declared-script-missing", f"the skill declares {_quoted(run.script)}, which is not a file in this skill")
+            detail = f"the skill declares {_quoted(run.script)}, which is not a file in this skill"
+            refuse("declared-script-missing", detail)
     return Skill(
         name=name,
         real_dir=real_dir,

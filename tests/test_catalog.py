@@ -1,0 +1,636 @@
+"""Discovery against real trees: layouts, entry rules, candidate reading, manifest walk, duplicates, limits
+(SPEC §3, §17 items 19–47)."""
+
+from __future__ import annotations
+
+import os
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from conftest import make_skill
+from skill_mcp.catalog import discover
+from skill_mcp.limits import MAX_SKILL_MD_BYTES
+from skill_mcp.model import ManifestEntry, Problem
+
+MIB = 1024 * 1024
+RUNS_MISSING_SCRIPT = """name: runner
+description: Runs things.
+mcp-host:
+  version: 1
+  run:
+    - script: scripts/missing.py
+      interpreter: python3
+    - script: scripts/present.py
+      interpreter: python3
+    - script: scripts/linked.py
+      interpreter: python3
+"""
+
+
+def names(catalog) -> list[str]:
+    return [skill.name for skill in catalog.skills]
+
+
+def reasons(catalog) -> list[tuple[str, str]]:
+    return [(problem.path, problem.reason) for problem in catalog.problems]
+
+
+def only_problem(catalog, reason: str) -> Problem:
+    matching = [problem for problem in catalog.problems if problem.reason == reason]
+    assert len(matching) == 1, catalog.problems
+    return matching[0]
+
+
+def served(catalog, name: str):
+    return next(skill for skill in catalog.skills if skill.name == name)
+
+
+def write_many(directory: Path, count: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        (directory / f"f{index:04d}.txt").write_bytes(b"x")
+
+
+# --- layouts (§3.2) ---------------------------------------------------------------------------------------
+
+
+def test_skill_under_root_is_served_with_its_description(root):
+    make_skill(root, "alpha", "name: alpha\ndescription: First skill.\nwhen_to_use: Always.\n", body="Do it.\n")
+    catalog = discover([str(root)], 32)
+    assert catalog.problems == ()
+    (alpha,) = catalog.skills
+    assert (alpha.name, alpha.description, alpha.when_to_use) == ("alpha", "First skill.", "Always.")
+    assert (alpha.real_dir, alpha.source) == (str(root / "alpha"), str(root))
+    assert (alpha.body, alpha.body_truncated) == ("Do it.\n", False)
+    assert alpha.frontmatter == {"name": "alpha", "description": "First skill.", "when_to_use": "Always."}
+    assert alpha.manifest == (ManifestEntry("SKILL.md", (root / "alpha" / "SKILL.md").stat().st_size),)
+
+
+def test_hyphenated_when_to_use_wins(root):
+    make_skill(root, "alpha", "description: d\nwhen_to_use: second\nwhen-to-use: first\n")
+    assert discover([str(root)], 32).skills[0].when_to_use == "first"
+
+
+def test_root_that_is_a_skill_is_served_under_its_real_basename(root):
+    make_skill(root, "realname", files={"nested/SKILL.md": "---\nname: nested\n---\n"})
+    alias = root.parent / "alias"
+    alias.symlink_to(root / "realname")
+    catalog = discover([str(alias)], 32)
+    assert catalog.problems == ()
+    (skill,) = catalog.skills
+    assert (skill.name, skill.source, skill.real_dir) == ("realname", str(alias), str(root / "realname"))
+    assert [entry.path for entry in skill.manifest] == ["SKILL.md", "nested/SKILL.md"]
+
+
+def test_skills_subdirectory_is_scanned(root):
+    make_skill(root / "skills", "beta")
+    catalog = discover([str(root)], 32)
+    assert (names(catalog), catalog.problems) == (["beta"], ())
+
+
+def test_two_roots_keep_their_configured_source(tmp_path):
+    first, second = tmp_path / "one", tmp_path / "two"
+    make_skill(first, "alpha")
+    make_skill(second, "beta")
+    catalog = discover([str(first), str(second)], 32)
+    assert [(skill.name, skill.source) for skill in catalog.skills] == [("alpha", str(first)), ("beta", str(second))]
+
+
+def test_missing_root_and_file_root_are_unreadable(root):
+    (root / "plain").write_text("not a directory")
+    make_skill(root / "good", "alpha")
+    missing, plain = str(root / "missing"), str(root / "plain")
+    catalog = discover([missing, plain, str(root / "good")], 32)
+    assert names(catalog) == ["alpha"]
+    assert catalog.problems == (
+        Problem(missing, "root-unreadable", "No such file or directory"),
+        Problem(plain, "root-unreadable", "not a directory"),
+    )
+
+
+def test_skills_directory_linked_outside_the_root_is_refused(tmp_path, root):
+    make_skill(tmp_path / "elsewhere", "stolen")
+    (root / "skills").symlink_to(tmp_path / "elsewhere")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == []
+    problem = only_problem(catalog, "symlink-escape")
+    assert problem.path == str(root / "skills") and "outside" in problem.detail
+    assert catalog.problems == (problem,)
+
+
+def test_skills_directory_linked_inside_the_root_is_scanned(root):
+    make_skill(root / "shared", "gamma")
+    (root / "skills").symlink_to(root / "shared")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["gamma"]
+    # The root-level `shared` entry is itself scanned, and is no skill.
+    assert reasons(catalog) == [(str(root / "shared"), "no-skill-md")]
+
+
+def test_root_level_skills_entry_holding_skill_md_is_also_a_skill(root):
+    make_skill(root, "skills")
+    make_skill(root / "skills", "inner")
+    assert names(discover([str(root)], 32)) == ["skills", "inner"]
+
+
+def test_broken_skills_link_is_silently_not_a_directory(root):
+    (root / "skills").symlink_to(root / "nowhere")
+    make_skill(root, "alpha")
+    catalog = discover([str(root)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
+
+
+# --- entry rules (§3.3) ----------------------------------------------------------------------------------
+
+
+def test_hidden_entries_plain_files_and_links_to_inside_files_are_skipped(root):
+    make_skill(root, ".hidden")
+    make_skill(root, "alpha")
+    (root / "README.md").write_text("hello")
+    (root / "readme-link").symlink_to(root / "README.md")
+    os.mkfifo(root / "pipe")
+    catalog = discover([str(root)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
+
+
+def test_directory_without_skill_md_is_reported_and_siblings_served(root):
+    (root / "notes").mkdir()
+    make_skill(root, "alpha")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["alpha"]
+    problem = only_problem(catalog, "no-skill-md")
+    assert problem.path == str(root / "notes") and "SKILL.md" in problem.detail
+
+
+def test_entries_linking_out_are_refused_at_their_own_paths(tmp_path, root):
+    outside = tmp_path / "outside"
+    make_skill(outside, "evil")
+    (outside / "secret.txt").write_text("secret")
+    (root / "evil").symlink_to(outside / "evil")
+    (root / "file-out").symlink_to(outside / "secret.txt")
+    (root / "skills").mkdir()
+    (root / "skills" / "evil").symlink_to(outside / "evil")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == []
+    assert reasons(catalog) == [
+        (str(root / "evil"), "symlink-escape"),
+        (str(root / "file-out"), "symlink-escape"),
+        (str(root / "skills" / "evil"), "symlink-escape"),
+    ]
+    assert all("outside" in problem.detail and "symlink" in problem.detail for problem in catalog.problems)
+
+
+def test_dangling_link_is_a_broken_symlink(root):
+    (root / "skills").mkdir()
+    (root / "skills" / "dangling").symlink_to(root / "nowhere")
+    catalog = discover([str(root)], 32)
+    problem = only_problem(catalog, "symlink-escape")
+    assert problem.path == str(root / "skills" / "dangling")
+    assert "broken symlink" in problem.detail
+
+
+def test_link_inside_the_root_is_served_under_the_target_name(root):
+    make_skill(root / "shared", "gamma")
+    (root / "skills").mkdir()
+    (root / "skills" / "gamma").symlink_to(Path("..") / "shared" / "gamma")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["gamma"]
+    assert reasons(catalog) == [(str(root / "shared"), "no-skill-md")]
+    assert catalog.skills[0].real_dir == str(root / "shared" / "gamma")
+
+
+def test_alias_link_is_read_once_and_its_name_reported(root):
+    make_skill(root, "bar")
+    (root / "skills").mkdir()
+    (root / "skills" / "foo").symlink_to(Path("..") / "bar")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["bar"]
+    problem = only_problem(catalog, "name-mismatch")
+    assert problem.path == str(root / "skills" / "foo") and '"bar"' in problem.detail
+    assert catalog.problems == (problem,)
+
+
+def test_skills_linking_to_the_root_itself_scans_the_root_once(root):
+    make_skill(root, "alpha")
+    (root / "skills").symlink_to(".")
+    catalog = discover([str(root)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
+
+
+def test_root_reached_through_an_alias_is_scanned_once(root):
+    make_skill(root, "alpha")
+    alias = root.parent / "alias"
+    alias.symlink_to(root)
+    catalog = discover([str(root), str(alias)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
+
+
+def test_same_root_twice_serves_each_skill_once(root):
+    make_skill(root, "alpha")
+    make_skill(root / "skills", "beta")
+    catalog = discover([str(root), str(root)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha", "beta"], ())
+
+
+def test_problem_order_is_collection_then_missing_skill_md_then_reads(tmp_path, root):
+    make_skill(root, "a-bad", "name: [unclosed\n")
+    (root / "b-empty").mkdir()
+    (root / "c-out").symlink_to(tmp_path)
+    make_skill(root / "skills", "d-bad", "name: other\n")
+    catalog = discover([str(root)], 32)
+    assert reasons(catalog) == [
+        (str(root / "c-out"), "symlink-escape"),
+        (str(root / "b-empty"), "no-skill-md"),
+        (str(root / "a-bad"), "malformed-frontmatter"),
+        (str(root / "skills" / "d-bad"), "name-mismatch"),
+    ]
+
+
+# --- reading a candidate (§3.4) --------------------------------------------------------------------------
+
+
+def test_broken_and_refused_yaml_is_malformed_and_siblings_are_served(root):
+    make_skill(root, "broken", "name: [unclosed\n")
+    make_skill(root, "anchored", "name: &a anchored\ndescription: *a\n")
+    make_skill(root, "tagged", "name: !!str tagged\n")
+    make_skill(root, "listed", "- a\n- b\n")
+    make_skill(root, "huge", "description: " + "x" * 65536 + "\n")
+    make_skill(root, "alpha")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["alpha"]
+    details = {Path(problem.path).name: problem.detail for problem in catalog.problems}
+    assert [problem.reason for problem in catalog.problems] == ["malformed-frontmatter"] * 5
+    assert "not valid YAML" in details["broken"]
+    assert "anchor or alias" in details["anchored"]
+    assert "tag" in details["tagged"]
+    assert "not a mapping" in details["listed"]
+    assert "65536" in details["huge"]
+
+
+def test_missing_opener_is_malformed(root):
+    (root / "plain").mkdir()
+    (root / "plain" / "SKILL.md").write_text("# Just markdown\n")
+    assert only_problem(discover([str(root)], 32), "malformed-frontmatter").path == str(root / "plain")
+
+
+def test_frontmatter_name_differing_is_served_under_the_directory_name(root):
+    make_skill(root, "aaa", "name: docx\ndescription: Pretends.\n")
+    make_skill(root, "docx")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["aaa", "docx"]
+    problem = only_problem(catalog, "name-mismatch")
+    assert problem.path == str(root / "aaa")
+    assert '"docx"' in problem.detail and '"aaa"' in problem.detail and "DIRECTORY" in problem.detail
+    assert catalog.problems == (problem,)
+
+
+def test_escaping_frontmatter_name_is_only_a_mismatch(root):
+    make_skill(root, "plain", "name: ../escape\n")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["plain"]
+    assert "../escape" in only_problem(catalog, "name-mismatch").detail
+
+
+def test_non_string_frontmatter_name_draws_nothing(root):
+    make_skill(root, "plain", "name: 42\n")
+    assert discover([str(root)], 32).problems == ()
+
+
+def test_unaddressable_directory_name_is_skipped(root):
+    make_skill(root, "not a name")
+    make_skill(root, "x" * 65)
+    make_skill(root, "alpha")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["alpha"]
+    assert reasons(catalog) == [(str(root / "not a name"), "unusable-name"), (str(root / ("x" * 65)), "unusable-name")]
+    assert '"not a name"' in catalog.problems[0].detail
+
+
+def test_unknown_frontmatter_key_is_a_declaration_problem_and_the_skill_is_served(root):
+    make_skill(root, "alpha", "name: alpha\nlicense: MIT\nflavour: lemon\n")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["alpha"]
+    problem = only_problem(catalog, "declaration")
+    assert problem.path == str(root / "alpha") and '"flavour"' in problem.detail
+
+
+def test_skill_md_linking_outside_is_refused(tmp_path, root):
+    (tmp_path / "elsewhere.md").write_text("---\nname: x\n---\n")
+    (root / "linked").mkdir()
+    (root / "linked" / "SKILL.md").symlink_to(tmp_path / "elsewhere.md")
+    (root / "dangling").mkdir()
+    (root / "dangling" / "SKILL.md").symlink_to(root / "nowhere.md")
+    make_skill(root, "alpha")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["alpha"]
+    assert reasons(catalog) == [(str(root / "dangling"), "symlink-escape"), (str(root / "linked"), "symlink-escape")]
+    assert all("SKILL.md" in problem.detail for problem in catalog.problems)
+    assert "unresolvable" in catalog.problems[0].detail
+
+
+def test_root_skill_whose_skill_md_links_outside_is_refused(tmp_path, root):
+    (tmp_path / "elsewhere.md").write_text("---\nname: root\n---\n")
+    (root / "SKILL.md").symlink_to(tmp_path / "elsewhere.md")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == []
+    problem = only_problem(catalog, "symlink-escape")
+    assert problem.path == str(root) and "SKILL.md" in problem.detail
+
+
+def test_skill_md_linking_inside_its_skill_is_followed(root):
+    skill_dir = make_skill(root, "alpha", files={"docs/real.md": "---\nname: alpha\n---\nLinked body.\n"})
+    (skill_dir / "SKILL.md").unlink()
+    (skill_dir / "SKILL.md").symlink_to(Path("docs") / "real.md")
+    catalog = discover([str(root)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
+    assert catalog.skills[0].body == "Linked body.\n"
+    assert [entry.path for entry in catalog.skills[0].manifest] == ["docs/real.md"]
+
+
+def test_non_regular_skill_md_is_unreadable(root):
+    (root / "piped").mkdir()
+    os.mkfifo(root / "piped" / "SKILL.md")
+    catalog = discover([str(root)], 32)
+    problem = only_problem(catalog, "unreadable-skill-md")
+    assert problem.path == str(root / "piped") and "regular file" in problem.detail
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_skill_md_is_reported(root):
+    skill_dir = make_skill(root, "locked")
+    (skill_dir / "SKILL.md").chmod(0)
+    try:
+        problem = only_problem(discover([str(root)], 32), "unreadable-skill-md")
+    finally:
+        (skill_dir / "SKILL.md").chmod(0o644)
+    assert problem.path == str(skill_dir)
+
+
+def test_missing_declared_script_is_reported_and_stays_declared(root):
+    skill_dir = make_skill(root, "runner", RUNS_MISSING_SCRIPT, files={"scripts/present.py": "print(1)\n"})
+    (skill_dir / "scripts" / "linked.py").symlink_to("present.py")
+    catalog = discover([str(root)], 32)
+    assert reasons(catalog) == [(str(skill_dir), "declared-script-missing")] * 2
+    # A declared script that is a symlink is never in the manifest.
+    assert '"scripts/missing.py"' in catalog.problems[0].detail
+    assert '"scripts/linked.py"' in catalog.problems[1].detail
+    runs = served(catalog, "runner").declaration.runs
+    assert [run.script for run in runs] == ["scripts/missing.py", "scripts/present.py", "scripts/linked.py"]
+
+
+def test_sparse_256_mib_skill_md_is_served_truncated_with_bounded_allocation(root):
+    skill_dir = make_skill(root, "big", body="Start of body.\n")
+    with open(skill_dir / "SKILL.md", "r+b") as handle:
+        handle.truncate(256 * MIB)
+    tracemalloc.start()
+    try:
+        baseline, _ = tracemalloc.get_traced_memory()
+        catalog = discover([str(root)], 32)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    (skill,) = catalog.skills
+    assert skill.body_truncated and skill.body.startswith("Start of body.\n")
+    assert len(skill.body.encode("utf-8")) <= MAX_SKILL_MD_BYTES
+    assert skill.manifest == (ManifestEntry("SKILL.md", 256 * MIB),)
+    assert peak - baseline < 32 * MIB
+
+
+def test_invalid_utf8_in_skill_md_is_replaced(root):
+    skill_dir = make_skill(root, "alpha")
+    with open(skill_dir / "SKILL.md", "ab") as handle:
+        handle.write(b"caf\xff\n")
+    assert discover([str(root)], 32).skills[0].body == "Instructions.\ncaf\ufffd\n"
+
+
+# --- manifest walk (§3.5) --------------------------------------------------------------------------------
+
+
+def test_manifest_lists_skill_md_and_hidden_files_sorted_by_code_point(root):
+    make_skill(
+        root,
+        "alpha",
+        files={".hidden": "h", "b.txt": "bb", "B.txt": "B", "é.txt": "ééé", "sub/z.txt": "", "sub/.env": "1234"},
+    )
+    (root / "alpha" / "empty-dir").mkdir()
+    manifest = discover([str(root)], 32).skills[0].manifest
+    skill_md_size = (root / "alpha" / "SKILL.md").stat().st_size
+    assert manifest == (
+        ManifestEntry(".hidden", 1),
+        ManifestEntry("B.txt", 1),
+        ManifestEntry("SKILL.md", skill_md_size),
+        ManifestEntry("b.txt", 2),
+        ManifestEntry("sub/.env", 4),
+        ManifestEntry("sub/z.txt", 0),
+        ManifestEntry("é.txt", 6),
+    )
+
+
+def test_symlinks_and_fifos_in_a_skill_are_not_listed(tmp_path, root):
+    skill_dir = make_skill(root, "alpha", files={"real.txt": "r"})
+    (skill_dir / "link.txt").symlink_to("real.txt")
+    (skill_dir / "dir-link").symlink_to(tmp_path)
+    os.mkfifo(skill_dir / "pipe")
+    catalog = discover([str(root)], 32)
+    assert catalog.problems == ()
+    assert [entry.path for entry in catalog.skills[0].manifest] == ["SKILL.md", "real.txt"]
+
+
+def test_unaddressable_paths_are_reported_and_not_listed(root):
+    skill_dir = make_skill(root, "alpha", files={"read%20me.txt": "a", "back\\slash.txt": "b", "ok.txt": "c"})
+    catalog = discover([str(root)], 32)
+    assert [entry.path for entry in catalog.skills[0].manifest] == ["SKILL.md", "ok.txt"]
+    assert reasons(catalog) == [(str(skill_dir), "unusable-path")] * 2
+    assert '"back\\\\slash.txt"' in catalog.problems[0].detail and "backslash" in catalog.problems[0].detail
+    assert '"read%20me.txt"' in catalog.problems[1].detail and "percent" in catalog.problems[1].detail
+
+
+def test_unaddressable_directory_is_reported_once_with_nothing_under_it_listed(root):
+    make_skill(root, "alpha", files={"od%d/one.txt": "1", "od%d/two.txt": "2"})
+    catalog = discover([str(root)], 32)
+    assert [entry.path for entry in catalog.skills[0].manifest] == ["SKILL.md"]
+    problem = only_problem(catalog, "unusable-path")
+    assert '"od%d"' in problem.detail and "nothing under it" in problem.detail
+
+
+def test_exactly_2000_files_is_fine(root):
+    skill_dir = make_skill(root, "alpha")
+    write_many(skill_dir / "data", 1999)
+    catalog = discover([str(root)], 32)
+    assert catalog.problems == ()
+    assert len(catalog.skills[0].manifest) == 2000 and not catalog.skills[0].file_limit_hit
+
+
+def test_the_2001st_file_stops_the_walk(root):
+    skill_dir = make_skill(root, "alpha")
+    write_many(skill_dir / "data", 1999)
+    (skill_dir / "late").mkdir()
+    (skill_dir / "late" / "extra.txt").write_text("x")
+    catalog = discover([str(root)], 32)
+    skill = served(catalog, "alpha")
+    assert len(skill.manifest) == 2000 and skill.file_limit_hit
+    assert "late/extra.txt" not in {entry.path for entry in skill.manifest}
+    problem = only_problem(catalog, "file-limit")
+    assert problem.path == str(skill_dir) and "2000" in problem.detail
+
+
+@pytest.mark.parametrize(("count", "listed"), [(2000, ["SKILL.md", "d1999/last.txt"]), (2001, ["SKILL.md"])])
+def test_the_2001st_directory_stops_the_walk(root, count, listed):
+    skill_dir = make_skill(root, "alpha")
+    for index in range(count):
+        (skill_dir / f"d{index:04d}").mkdir()
+    (skill_dir / "d1999" / "last.txt").write_text("x")
+    catalog = discover([str(root)], 32)
+    skill = served(catalog, "alpha")
+    assert [entry.path for entry in skill.manifest] == listed
+    assert skill.file_limit_hit == (count > 2000)
+    if count > 2000:
+        problem = only_problem(catalog, "file-limit")
+        assert "director" in problem.detail and "2000" in problem.detail
+    else:
+        assert catalog.problems == ()
+
+
+# --- duplicates and the limit (§3.6) ---------------------------------------------------------------------
+
+
+def test_same_name_in_two_roots_serves_neither(tmp_path):
+    first, second = tmp_path / "one", tmp_path / "two"
+    make_skill(first, "docx")
+    make_skill(second / "skills", "docx")
+    make_skill(second, "other")
+    catalog = discover([str(first), str(second)], 32)
+    assert names(catalog) == ["other"]
+    problem = only_problem(catalog, "duplicate-name")
+    assert problem.path == str(first / "docx")
+    assert str(first / "docx") in problem.detail and str(second / "skills" / "docx") in problem.detail
+    assert '"docx"' in problem.detail and "NONE" in problem.detail and "2 directories" in problem.detail
+
+
+def test_more_skills_than_the_limit_keeps_the_first(tmp_path):
+    first, second = tmp_path / "one", tmp_path / "two"
+    for index in range(20):
+        make_skill(first, f"s{index:02d}")
+    for index in range(20, 33):
+        make_skill(second, f"s{index:02d}")
+    catalog = discover([str(first), str(second)], 32)
+    assert names(catalog) == [f"s{index:02d}" for index in range(32)]
+    problem = only_problem(catalog, "skill-limit")
+    assert problem.path == f"{first}:{second}"
+    assert "33" in problem.detail and "32" in problem.detail and "1 ignored" in problem.detail
+
+
+def test_35_skills_fit_a_limit_of_40(root):
+    for index in range(35):
+        make_skill(root, f"s{index:02d}")
+    catalog = discover([str(root)], 40)
+    assert (len(catalog.skills), catalog.problems) == (35, ())
+
+
+def test_catalog_order_is_code_point_order(root, monkeypatch):
+    monkeypatch.setenv("LC_ALL", "en_US.UTF-8")
+    for name in ("alpha", "Zulu", "beta", "Beta", "_under"):
+        make_skill(root, name)
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["Beta", "Zulu", "alpha", "beta"]
+    assert reasons(catalog) == [(str(root / "_under"), "unusable-name")]
+
+
+# --- whole trees -----------------------------------------------------------------------------------------
+
+
+def test_real_world_shaped_tree_serves_or_reports_every_skill_md(root):
+    long_description = "Handles documents. " * 60
+    for index in range(12):
+        make_skill(
+            root,
+            f"tool-{index}",
+            f"name: tool-{index}\ndescription: >\n  {long_description}\nlicense: Complete terms in LICENSE.txt\n",
+            files={"LICENSE.txt": "terms", "scripts/helper.py": "print('hi')\n", "reference/api.md": "# API\n"},
+        )
+        write_many(root / f"tool-{index}" / "assets", 40)
+    for index in range(6):
+        make_skill(root / "skills", f"doc-{index}", files={f"templates/t{n}.html": "<p/>" for n in range(30)})
+    make_skill(root / "skills", "tool-3")
+    make_skill(root / "skills", "Bad Name")
+    make_skill(root / "skills", "broken", "description: [\n")
+    (root / "docs").mkdir()
+    (root / "docs" / "SKILL.md").write_text("---\nname: docs\n---\n")
+    (root / "docs" / "nested").mkdir()
+    (root / "docs" / "nested" / "SKILL.md").write_text("---\nname: nested\n---\n")
+    (root / ".github").mkdir()
+    (root / ".github" / "SKILL.md").write_text("---\nname: ci\n---\n")
+
+    catalog = discover([str(root)], 64)
+
+    scanned, nested = set(), set()
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = [name for name in subdirs if not name.startswith(".")]
+        parent = Path(directory).parent
+        if "SKILL.md" in files:
+            (scanned if parent == root or parent == root / "skills" else nested).add(directory)
+    served_dirs = {skill.real_dir for skill in catalog.skills}
+    for directory in scanned:
+        reported = any(directory == problem.path or directory in problem.detail for problem in catalog.problems)
+        assert directory in served_dirs or reported, directory
+    # Deeper SKILL.md files are never candidates; they are bundled files of the skill holding them.
+    assert nested == {str(root / "docs" / "nested")}
+    assert "nested/SKILL.md" in {entry.path for entry in served(catalog, "docs").manifest}
+    assert len(scanned) == 12 + 6 + 4
+    assert len(catalog.skills) == 12 - 1 + 6 + 1
+    assert {problem.reason for problem in catalog.problems} == {
+        "duplicate-name",
+        "unusable-name",
+        "malformed-frontmatter",
+    }
+
+
+def test_discovery_of_32_skills_with_1000_files_each_is_fast(root):
+    for index in range(32):
+        skill_dir = make_skill(root, f"skill-{index:02d}")
+        for group in range(10):
+            write_many(skill_dir / f"part{group}", 100)
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        catalog = discover([str(root)], 32)
+        timings.append(time.perf_counter() - started)
+    assert len(catalog.skills) == 32 and catalog.problems == ()
+    assert all(len(skill.manifest) == 1001 for skill in catalog.skills)
+    assert min(timings) < 0.3, timings
+
+
+def test_non_utf8_names_are_reported_in_encodable_text(root):
+    make_skill(root, "alpha")
+    bad_dir = os.fsencode(root) + b"/bad\xff"
+    os.mkdir(bad_dir)
+    os.mkdir(os.fsencode(root) + b"/alpha/caf\xe9")
+    with open(bad_dir + b"/SKILL.md", "wb") as handle:
+        handle.write(b"---\nname: bad\n---\n")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["alpha"]
+    assert reasons(catalog) == [(str(root / "alpha"), "unusable-path"), (str(root / "bad\\udcff"), "unusable-name")]
+    assert "not valid UTF-8" in catalog.problems[0].detail
+    for problem in catalog.problems:
+        (problem.path + problem.detail).encode("utf-8")
+
+
+def test_symlink_loop_is_a_broken_symlink(root):
+    (root / "loop-a").symlink_to("loop-b")
+    (root / "loop-b").symlink_to("loop-a")
+    catalog = discover([str(root)], 32)
+    assert reasons(catalog) == [(str(root / "loop-a"), "symlink-escape"), (str(root / "loop-b"), "symlink-escape")]
+    assert all("broken symlink" in problem.detail for problem in catalog.problems)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root lists any directory")
+def test_unlistable_root_is_unreadable(root):
+    root.chmod(0)
+    try:
+        catalog = discover([str(root)], 32)
+    finally:
+        root.chmod(0o755)
+    assert reasons(catalog) == [(str(root), "root-unreadable")]
