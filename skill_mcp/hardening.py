@@ -43,13 +43,6 @@ class ScrubResult:
     wiped_bytes: int | None = None
     reason: str | None = None
 
-    def to_json(self) -> dict[str, object]:
-        if self.status == "scrubbed":
-            return {"status": self.status, "bytes": self.wiped_bytes}
-        if self.status == "failed":
-            return {"status": self.status, "reason": self.reason}
-        return {"status": self.status}
-
 
 @dataclass(frozen=True, slots=True)
 class ScrubIO:
@@ -163,15 +156,6 @@ class Hardening:
     no_new_privs: bool
     rlimit_nproc: int | None
     rlimit_as_mb: int | None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "environScrubbed": self.environ_scrubbed,
-            "nonDumpable": self.non_dumpable,
-            "noNewPrivs": self.no_new_privs,
-            "rlimitNproc": self.rlimit_nproc,
-            "rlimitAsMb": self.rlimit_as_mb,
-        }
 
 
 def _step(name: str, action: Callable[[], object]) -> None:

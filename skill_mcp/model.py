@@ -6,6 +6,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# The stable reasons, in the order of SPEC §3.7; `spec` is the CLI's own (`skill-mcp check`).
+PROBLEM_REASONS = (
+    "root-unreadable", "no-skill-md", "unreadable-skill-md", "malformed-frontmatter", "declaration",
+    "duplicate-name", "name-mismatch", "unusable-name", "declared-script-missing", "symlink-escape",
+    "unusable-path", "file-limit", "skill-limit", "grant", "environ-unscrubbed", "extension-excluded",
+)
+CLI_REASONS = ("spec",)
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """Anything that kept something from being served or narrowed it (SPEC §3.7)."""
@@ -13,6 +22,11 @@ class Problem:
     path: str
     reason: str
     detail: str
+
+    def __post_init__(self) -> None:
+        # A reason outside the published set is a bug here, caught by the tests, never a new wire value.
+        if self.reason not in PROBLEM_REASONS and self.reason not in CLI_REASONS:
+            raise ValueError(f"unknown problem reason {self.reason!r}")
 
     def to_json(self) -> dict[str, str]:
         return {"path": self.path, "reason": self.reason, "detail": self.detail}

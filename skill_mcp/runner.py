@@ -60,6 +60,8 @@ class RunOutcome:
     timed_out: bool
     duration_ms: int
     pid: int
+    stdout_bytes: int  # received before settling, dropped bytes included
+    stderr_bytes: int
 
 
 class SpawnFailed(Exception):
@@ -73,6 +75,11 @@ class SpawnFailed(Exception):
 def network_note_applies(outcome: RunOutcome, egress_fenced: bool, proxy_set: bool) -> bool:
     failed = outcome.timed_out or outcome.exit_code != 0
     return failed and (egress_fenced or proxy_set)
+
+
+def network_note(outcome: RunOutcome, egress_fenced: bool, proxy_set: bool) -> str | None:
+    """The result's `networkNote`, or None when it does not apply."""
+    return NETWORK_NOTE if network_note_applies(outcome, egress_fenced, proxy_set) else None
 
 
 def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:
@@ -143,10 +150,12 @@ def _watch_exit(loop: asyncio.AbstractEventLoop, process: subprocess.Popen, on_e
 class _Capture:
     fd: int
     data: bytearray = field(default_factory=bytearray)
+    received: int = 0
     truncated: bool = False
-    open: bool = True
+    is_open: bool = True
 
     def keep(self, chunk: bytes) -> None:
+        self.received += len(chunk)
         room = MAX_OUTPUT_BYTES - len(self.data)
         self.data += chunk[:room]
         self.truncated = self.truncated or len(chunk) > room
@@ -183,9 +192,9 @@ class _Run:
         except OSError:
             chunk = b""
         if not chunk:
-            capture.open = False
+            capture.is_open = False
             self.loop.remove_reader(capture.fd)
-            if self.exited and not any(c.open for c in self.captures):
+            if self.exited and not any(c.is_open for c in self.captures):
                 self.settle()
             return
         capture.keep(chunk)
@@ -201,7 +210,7 @@ class _Run:
         self.exited = True
         if self.finished:
             return
-        if any(c.open for c in self.captures):
+        if any(c.is_open for c in self.captures):
             self._arm_drain()
         else:
             self.settle()
@@ -228,7 +237,7 @@ class _Run:
         if self.timed_out:
             kill_process_group(self.process.pid)
         for capture in self.captures:
-            if capture.open:
+            if capture.is_open:
                 self.loop.remove_reader(capture.fd)
         self.process.stdout.close()
         self.process.stderr.close()
@@ -255,6 +264,8 @@ class _Run:
             timed_out=self.timed_out,
             duration_ms=int((time.monotonic() - self.started) * 1000),
             pid=self.process.pid,
+            stdout_bytes=stdout.received,
+            stderr_bytes=stderr.received,
         )
 
 
@@ -275,8 +286,8 @@ async def run_process(
 ) -> RunOutcome:
     """Run one script inside the fence; raises SpawnFailed if it cannot start.
 
-    Must be awaited on the event-loop thread: the parent-death signal follows the spawning thread.
-    Cancelling the call kills the script's process group.
+    Await it on the event-loop thread: the parent-death signal follows the spawning thread.
+    on_start gets the pid as soon as the script runs; cancelling the call kills its process group.
     """
     loop = asyncio.get_running_loop()
     started = time.monotonic()

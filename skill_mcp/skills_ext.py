@@ -48,3 +48,4 @@ def extension_exclusions(skills: Sequence[Skill]) -> tuple[frozenset[str], list[
                 )
             )
     return frozenset(carried), problems
+

@@ -1,0 +1,201 @@
+"""`skill-mcp check` and `skill-mcp list` (SPEC §14.2–14.3): the server's own deployment, printed.
+
+Both build the deployment exactly as `serve` does, minus the environ scrub and non-dumpable step,
+so what they print is what the server would serve. Formatting is pure; `check` and
+`list_deployment` are the only functions that read the environment or print.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .cli import EXIT_OK, EXIT_PROBLEMS
+from .deployment import Deployment, build_deployment
+from .frontmatter import json_key
+from .model import Problem, Skill
+from .skills_ext import _AGENT_SKILLS_NAME, _MAX_DESCRIPTION_CHARS, _MAX_NAME_CHARS
+from .tools import skill_list
+
+_MAX_COMPATIBILITY_CHARS = 500
+_STRING_ONLY_KEYS = ("license", "allowed-tools")
+_MAX_ROW_CHARS = 120
+
+# --- `spec` findings (§14.2) ------------------------------------------------------------------
+
+
+def spec_findings(skill: Skill) -> list[Problem]:
+    """One `spec` problem per Agent Skills format rule the skill's frontmatter breaks."""
+    frontmatter = skill.frontmatter
+    details = [
+        _name_finding(frontmatter),
+        _description_finding(frontmatter),
+        _compatibility_finding(frontmatter),
+        _metadata_finding(frontmatter),
+        *(_string_finding(frontmatter, key) for key in _STRING_ONLY_KEYS),
+    ]
+    return [Problem(skill.real_dir, "spec", detail) for detail in details if detail]
+
+
+def _name_finding(frontmatter: Mapping[Any, Any]) -> str | None:
+    if "name" not in frontmatter:
+        return 'frontmatter "name" is missing; the Agent Skills format requires it'
+    name = frontmatter["name"]
+    if not isinstance(name, str):
+        return f'frontmatter "name" is {_kind(name)}, not a string'
+    if len(name) > _MAX_NAME_CHARS or not _AGENT_SKILLS_NAME.fullmatch(name):
+        return (
+            f'frontmatter name "{name}" is not 1-{_MAX_NAME_CHARS} lowercase letters, digits and single hyphens '
+            '(no leading, trailing or doubled "-")'
+        )
+    return None
+
+
+def _description_finding(frontmatter: Mapping[Any, Any]) -> str | None:
+    if "description" not in frontmatter:
+        return 'frontmatter "description" is missing; the Agent Skills format requires it'
+    return _bounded_string_finding("description", frontmatter["description"], _MAX_DESCRIPTION_CHARS)
+
+
+def _compatibility_finding(frontmatter: Mapping[Any, Any]) -> str | None:
+    if "compatibility" not in frontmatter:
+        return None
+    return _bounded_string_finding("compatibility", frontmatter["compatibility"], _MAX_COMPATIBILITY_CHARS)
+
+
+def _bounded_string_finding(key: str, value: Any, max_chars: int) -> str | None:
+    if not isinstance(value, str):
+        return f'frontmatter "{key}" is {_kind(value)}, not a string'
+    if not value:
+        return f'frontmatter "{key}" is empty; it must be 1-{max_chars} characters'
+    if len(value) > max_chars:
+        return f'frontmatter "{key}" is {len(value)} characters, over the {max_chars}-character limit'
+    return None
+
+
+def _metadata_finding(frontmatter: Mapping[Any, Any]) -> str | None:
+    if "metadata" not in frontmatter:
+        return None
+    metadata = frontmatter["metadata"]
+    if not isinstance(metadata, dict):
+        return f'frontmatter "metadata" is {_kind(metadata)}, not a mapping of strings to strings'
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            return f'frontmatter "metadata" has the key {json_key(key)}, which is {_kind(key)}, not a string'
+        if not isinstance(value, str):
+            return f'frontmatter "metadata.{key}" is {_kind(value)}; metadata values must be strings'
+    return None
+
+
+def _string_finding(frontmatter: Mapping[Any, Any], key: str) -> str | None:
+    if key in frontmatter and not isinstance(frontmatter[key], str):
+        return f'frontmatter "{key}" is {_kind(frontmatter[key])}, not a string'
+    return None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return "a date"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return "a string" if isinstance(value, str) else type(value).__name__
+
+
+# --- output (pure) ----------------------------------------------------------------------------
+
+
+def check_report(roots: Sequence[str], skill_names: Sequence[str], problems: Sequence[Problem]) -> dict[str, Any]:
+    return {"roots": list(roots), "skills": list(skill_names), "problems": [problem.to_json() for problem in problems]}
+
+
+def check_lines(report: Mapping[str, Any]) -> list[str]:
+    lines = [_one_line(f"{p['reason']}  {p['path']}: {p['detail']}") for p in report["problems"]]
+    return [*lines, _summary(len(report["skills"]), len(report["problems"]))]
+
+
+def table_lines(listing: Mapping[str, Any]) -> list[str]:
+    """The `list` table from the `skill_list` object, so both views show the same facts."""
+    rows = [("NAME", "FILES", "RUNNABLE", "DESCRIPTION")] + [
+        (
+            skill["name"],
+            str(skill["files"]),
+            ", ".join(entry["script"] for entry in skill["scripts"]) or "-",
+            next(iter((skill.get("description") or "").strip().splitlines()), ""),
+        )
+        for skill in listing["skills"]
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    lines = ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[3]]).rstrip() for row in rows]
+    summary = _summary(len(listing["skills"]), len(listing["problems"]))
+    if listing["problems"]:
+        summary += "; `skill-mcp list --json` shows them, `skill-mcp check` explains them"
+    notes = [listing[key] for key in ("grantError", "grantNote") if key in listing]
+    return [*(_cut(line) for line in lines), summary, *notes]
+
+
+def egress_allowlist(listing: Mapping[str, Any]) -> list[str]:
+    """Hosts declared by skills that have a runnable effective script (what the owner accepted)."""
+    return sorted({host for skill in listing["skills"] if skill["scripts"] for host in skill.get("declaredEgress", ())})
+
+
+def _summary(skills: int, problems: int) -> str:
+    return f"{skills} skill(s), {problems} problem(s)"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= _MAX_ROW_CHARS else line[: _MAX_ROW_CHARS - 1] + "…"
+
+
+# --- commands (the I/O edge) ------------------------------------------------------------------
+
+
+def check(roots: tuple[str, ...], as_json: bool) -> int:
+    deployment = _deployment(roots, apply_owner_grant=False)
+    findings = [finding for skill in deployment.skills for finding in spec_findings(skill)]
+    problems = [*deployment.problems, *findings]
+    report = check_report(deployment.roots, [skill.name for skill in deployment.skills], problems)
+    _print(json.dumps(report, ensure_ascii=False, indent=2) if as_json else "\n".join(check_lines(report)))
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def list_deployment(roots: tuple[str, ...], as_json: bool, egress: bool) -> int:
+    listing = skill_list(_deployment(roots, apply_owner_grant=True))
+    if egress:
+        hosts = egress_allowlist(listing)
+        _print(json.dumps(hosts) if as_json else "\n".join(hosts))
+    elif as_json:
+        _print(json.dumps(listing, ensure_ascii=False, indent=2))
+    else:
+        _print("\n".join(table_lines(listing)))
+    return EXIT_OK
+
+
+def _deployment(roots: tuple[str, ...], apply_owner_grant: bool) -> Deployment:
+    # No scrub and no non-dumpable step: the CLI reports on a deployment, it does not harden itself.
+    deployment, warnings = build_deployment(os.environ, roots_override=roots, apply_owner_grant=apply_owner_grant)
+    for warning in warnings:
+        print(f"skill-mcp: warning: {warning.variable}: {warning.problem}", file=sys.stderr)
+    return deployment
+
+
+def _print(text: str) -> None:
+    # Paths from disk may carry undecodable bytes (surrogate escapes); show them rather than crash.
+    sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+    if text:
+        print(text)
