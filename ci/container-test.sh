@@ -330,7 +330,7 @@ bundle = open(sys.argv[1], "rb").read()
 pems = re.findall(rb"-----BEGIN CERTIFICATE-----\s+(.*?)-----END CERTIFICATE-----", bundle, re.S)
 with tarfile.open(sys.argv[2]) as tar:
     shipped = b""
-    for name in ("etc/ssl/certs/ca-certificates.crt",):
+    for name in ("etc/ssl/certs/ca-certificates.crt", "./etc/ssl/certs/ca-certificates.crt"):
         try:
             shipped += tar.extractfile(name).read()
         except (KeyError, AttributeError):
