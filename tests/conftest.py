@@ -6,28 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from support import write_skill
 
-def make_skill(
-    root: Path,
-    name: str,
-    frontmatter_text: str | None = None,
-    body: str = "Instructions.\n",
-    files: dict[str, str | bytes] | None = None,
-) -> Path:
-    """Create `<root>/<name>/SKILL.md` (default frontmatter: name and a description) plus bundled files."""
-    skill_dir = root / name
-    skill_dir.mkdir(parents=True, exist_ok=True)
-    if frontmatter_text is None:
-        frontmatter_text = f"name: {name}\ndescription: The {name} skill.\n"
-    (skill_dir / "SKILL.md").write_text(f"---\n{frontmatter_text}---\n{body}", encoding="utf-8")
-    for rel, content in (files or {}).items():
-        path = skill_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
-    return skill_dir
+
+# One helper builds skill trees for every test module.
+make_skill = write_skill
 
 
 @pytest.fixture

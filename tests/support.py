@@ -7,6 +7,7 @@ import os
 import textwrap
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from mcp.client import Client
@@ -22,21 +23,22 @@ def write_skill(
     root: str | os.PathLike[str],
     name: str,
     frontmatter: str | None = None,
-    body: str = "Body.\n",
+    body: str = "Instructions.\n",
     files: Mapping[str, str | bytes] | None = None,
-) -> str:
-    """Create `<root>/<name>/SKILL.md` (and bundled files); return the skill directory."""
-    directory = os.path.join(root, name)
-    os.makedirs(directory, exist_ok=True)
+) -> Path:
+    """Create `<root>/<name>/SKILL.md` (default frontmatter: name and a description) plus bundled files."""
+    directory = Path(root) / name
+    directory.mkdir(parents=True, exist_ok=True)
     if frontmatter is None:
         frontmatter = f"name: {name}\ndescription: The {name} skill.\n"
-    with open(os.path.join(directory, "SKILL.md"), "w", encoding="utf-8") as handle:
-        handle.write(f"---\n{textwrap.dedent(frontmatter)}---\n{body}")
+    (directory / "SKILL.md").write_text(f"---\n{textwrap.dedent(frontmatter)}---\n{body}", encoding="utf-8")
     for rel, content in (files or {}).items():
-        path = os.path.join(directory, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(content.encode("utf-8") if isinstance(content, str) else content)
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
     return directory
 
 
