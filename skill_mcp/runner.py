@@ -44,11 +44,6 @@ def script_environment(environ: Mapping[str, str], effective_env: Sequence[str])
     return {name: environ[name] for name in wanted if name in environ}
 
 
-def env_names(environ: Mapping[str, str], effective_env: Sequence[str]) -> list[str]:
-    """Sorted names a script will be handed (the preview's `envNames`, the result's `env`)."""
-    return sorted(script_environment(environ, effective_env))
-
-
 @dataclass
 class RunOutcome:
     exit_code: int | None

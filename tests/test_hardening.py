@@ -1,0 +1,276 @@
+"""Environ scrub, non-dumpable and child setup (SPEC §9.7, §9.8).
+
+Injected I/O covers every scrub branch; the real scrub only ever runs in a separate driver process,
+as an unprivileged uid when we are root (root could read any /proc entry and would prove nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from skill_mcp.hardening import (
+    ENVIRON_NOT_WIPED,
+    STAT_UNUSABLE,
+    ChildLimits,
+    ScrubIO,
+    ScrubResult,
+    environ_range,
+    harden_child,
+    run_block_reason,
+    scrub_environ,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
+SYSTEM_PYTHON = "/usr/bin/python3"
+NODE = shutil.which("node")
+UNPRIVILEGED = ["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups"] if os.geteuid() == 0 else []
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="Linux-only hardening")
+
+
+def stat_line(comm: bytes, env_start: bytes = b"1000", env_end: bytes = b"1600", fields: int = 52) -> bytes:
+    """A /proc/<pid>/stat line: pid, (comm), then fields 3..`fields`, with 50/51 set."""
+    rest = [b"S"] + [str(n).encode() for n in range(4, fields + 1)]
+    if fields >= 51:
+        rest[50 - 3], rest[51 - 3] = env_start, env_end
+    return b"4242 (" + comm + b") " + b" ".join(rest) + b"\n"
+
+
+class FakeProc:
+    """Records the scrub's effects in call order."""
+
+    def __init__(self, stat: bytes = stat_line(b"python3"), environ_after: bytes = b"\0" * 600,
+                 platform: str = "linux", fail: str | None = None) -> None:
+        self.stat, self.environ_after, self.platform, self.fail = stat, environ_after, platform, fail
+        self.calls: list[tuple] = []
+
+    def _effect(self, name: str, *args):
+        self.calls.append((name, *args))
+        if self.fail == name:
+            raise OSError(5, f"{name} exploded")
+
+    def io(self) -> ScrubIO:
+        def read_stat() -> bytes:
+            self._effect("read_stat")
+            return self.stat
+
+        def read_environ() -> bytes:
+            self._effect("read_environ")
+            return self.environ_after
+
+        return ScrubIO(
+            platform=self.platform,
+            read_stat=read_stat,
+            rehome_environ=lambda: self._effect("rehome_environ"),
+            write_mem=lambda offset, data: self._effect("write_mem", offset, data),
+            read_environ=read_environ,
+        )
+
+
+def test_scrub_success_rehomes_then_zeroes_the_block_then_verifies() -> None:
+    proc = FakeProc()
+    assert scrub_environ(proc.io()) == ScrubResult("scrubbed", wiped_bytes=600)
+    assert proc.calls == [("read_stat",), ("rehome_environ",), ("write_mem", 1000, b"\0" * 600), ("read_environ",)]
+
+
+def test_scrub_is_unsupported_off_linux_and_touches_nothing() -> None:
+    proc = FakeProc(platform="darwin")
+    assert scrub_environ(proc.io()) == ScrubResult("unsupported")
+    assert proc.calls == []
+
+
+@pytest.mark.parametrize(
+    "stat",
+    [
+        b"",
+        b"4242 python3 S 1 2 3",
+        stat_line(b"python3", fields=50),
+        stat_line(b"python3", env_start=b"12a"),
+        stat_line(b"python3", env_start=b"-5"),
+        stat_line(b"python3", env_start=b"+5"),
+        stat_line(b"python3", env_start=b""),
+        stat_line(b"python3", env_start=b"0"),
+        stat_line(b"python3", env_start=b"1600", env_end=b"1600"),
+        stat_line(b"python3", env_start=b"1601", env_end=b"1600"),
+    ],
+)
+def test_unusable_stat_fails_before_anything_is_written(stat: bytes) -> None:
+    proc = FakeProc(stat=stat)
+    result = scrub_environ(proc.io())
+    assert result == ScrubResult("failed", reason=STAT_UNUSABLE)
+    assert "env_start" in result.reason and "nothing written" in result.reason
+    assert proc.calls == [("read_stat",)]
+
+
+def test_comm_with_spaces_and_parentheses_parses() -> None:
+    proc = FakeProc(stat=stat_line(b"a) (b c) 1 2 (", env_start=b"7", env_end=b"9"))
+    assert scrub_environ(proc.io()) == ScrubResult("scrubbed", wiped_bytes=2)
+    assert ("write_mem", 7, b"\0\0") in proc.calls
+
+
+@given(comm=st.binary(max_size=15).filter(lambda b: b"\0" not in b),
+       start=st.integers(1, 2**47), length=st.integers(1, 2**20))
+def test_environ_range_reads_fields_50_and_51_whatever_the_comm(comm: bytes, start: int, length: int) -> None:
+    line = stat_line(comm, env_start=str(start).encode(), env_end=str(start + length).encode())
+    assert environ_range(line) == (start, start + length)
+
+
+def test_environ_still_readable_after_the_write_fails() -> None:
+    proc = FakeProc(environ_after=b"\0" * 10 + b"A=1\0")
+    assert scrub_environ(proc.io()) == ScrubResult("failed", reason=ENVIRON_NOT_WIPED)
+    assert "non-empty" in ENVIRON_NOT_WIPED
+
+
+@pytest.mark.parametrize("step", ["read_stat", "rehome_environ", "write_mem", "read_environ"])
+def test_any_exception_fails_with_its_message(step: str) -> None:
+    proc = FakeProc(fail=step)
+    assert scrub_environ(proc.io()) == ScrubResult("failed", reason=f"[Errno 5] {step} exploded")
+    assert proc.calls[-1][0] == step
+
+
+def test_rehome_failure_writes_nothing() -> None:
+    proc = FakeProc(fail="rehome_environ")
+    scrub_environ(proc.io())
+    assert [call[0] for call in proc.calls] == ["read_stat", "rehome_environ"]
+
+
+def test_runs_are_blocked_only_when_hosted_unscrubbed_and_not_overridden() -> None:
+    failed = ScrubResult("failed", reason="bad stat")
+    assert run_block_reason(ScrubResult("scrubbed", wiped_bytes=1), hosted=True, allow_unscrubbed=False) is None
+    assert run_block_reason(ScrubResult("unsupported"), hosted=True, allow_unscrubbed=False) is None
+    assert run_block_reason(failed, hosted=False, allow_unscrubbed=False) is None
+    assert run_block_reason(failed, hosted=True, allow_unscrubbed=True) is None
+    reason = run_block_reason(failed, hosted=True, allow_unscrubbed=False)
+    for needed in ("environ", "bad stat", "/proc/<pid>/environ", "MCP_SKILL_ALLOW_UNSCRUBBED=1"):
+        assert needed in reason
+
+
+@linux_only
+def test_a_child_setup_step_that_fails_raises_naming_the_step() -> None:
+    # In a forked child: lower the hard limit, drop root, then ask for more than the hard limit.
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            resource.setrlimit(resource.RLIMIT_NPROC, (100, 100))
+            if os.geteuid() == 0:
+                os.setresgid(10001, 10001, 10001)
+                os.setresuid(10001, 10001, 10001)
+            harden_child(ChildLimits(rlimit_nproc=200), os.getppid())
+            os.write(write_end, b"no error")
+        except OSError as exc:
+            os.write(write_end, str(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    message = os.read(read_end, 1024).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert message.startswith("setrlimit(RLIMIT_NPROC): ")
+
+
+# --- the real thing, in driver processes --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sandbox() -> Path:
+    """A world-readable copy of the package and fixtures, so the unprivileged uid can run them."""
+    root = Path(tempfile.mkdtemp(prefix="skill-mcp-hardening-"))
+    root.chmod(0o755)
+    shutil.copytree(REPO / "skill_mcp", root / "skill_mcp", ignore=shutil.ignore_patterns("__pycache__", "skills"))
+    shutil.copytree(FIXTURES, root / "fixtures", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    yield root
+    shutil.rmtree(root)
+
+
+def driver(sandbox: Path, steps: str, interpreter: str, script: str, **popen) -> subprocess.Popen:
+    interpreter_path = {"python3": SYSTEM_PYTHON, "node": NODE}[interpreter]
+    argv = [*UNPRIVILEGED, SYSTEM_PYTHON, "-B", str(sandbox / "fixtures" / "fence_driver.py"), steps,
+            interpreter, interpreter_path, str(sandbox / "fixtures" / "scripts" / script)]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(sandbox), "HOME": "/nonexistent", "FENCE_SECRET": "hunter2"}
+    return subprocess.Popen(argv, env=env, cwd=sandbox, stdout=subprocess.PIPE, text=True, **popen)
+
+
+def drive(sandbox: Path, steps: str, interpreter: str, script: str) -> dict:
+    process = driver(sandbox, steps, interpreter, script)
+    stdout, _ = process.communicate(timeout=30)
+    assert process.returncode == 0
+    return json.loads(stdout)
+
+
+@pytest.fixture(params=["python3", "node"])
+def peek_script(request: pytest.FixtureRequest) -> tuple[str, str]:
+    if request.param == "node" and NODE is None:
+        pytest.skip("NOTICE: node not found on PATH, the Node peek was not run")
+    return request.param, {"python3": "peek_parent.py", "node": "peek_parent.js"}[request.param]
+
+
+@linux_only
+def test_without_hardening_a_script_reads_the_servers_secrets(sandbox: Path, peek_script) -> None:
+    report = drive(sandbox, "none", *peek_script)
+    assert "FENCE_SECRET=hunter2" in report["child"]["environ"]["text"]
+
+
+@linux_only
+def test_scrub_leaves_only_zeros_in_the_exec_time_block(sandbox: Path, peek_script) -> None:
+    report = drive(sandbox, "scrub", *peek_script)
+    assert report["scrub"]["status"] == "scrubbed" and report["scrub"]["wiped_bytes"] > 0
+    seen = report["child"]
+    assert seen["environ"]["nonZero"] == 0
+    assert seen["mem"] == {"bytes": report["scrub"]["wiped_bytes"], "nonZero": 0, "text": "\0" * report["scrub"]["wiped_bytes"]}
+    assert (report["environ"], report["getenv"]) == ("hunter2", "hunter2")
+
+
+@linux_only
+def test_scrubbed_non_dumpable_server_is_closed_to_its_scripts(sandbox: Path, peek_script) -> None:
+    report = drive(sandbox, "scrub,nondump", *peek_script)
+    assert report["scrub"]["status"] == "scrubbed"
+    assert report["nonDumpable"] is True
+    assert report["child"] == {"environ": {"error": "EACCES"}, "mem": {"error": "EACCES"}}
+    assert (report["environ"], report["getenv"]) == ("hunter2", "hunter2")
+
+
+@linux_only
+def test_a_script_dies_with_its_server(sandbox: Path) -> None:
+    process = driver(sandbox, "announce", "python3", "spinner.py")
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 10)
+        assert ready, "the driver never announced its script"
+        script_pid = json.loads(process.stdout.readline())["pid"]
+    finally:
+        process.kill()
+        process.wait()
+    deadline = time.monotonic() + 2
+    try:
+        while not is_gone(script_pid):
+            assert time.monotonic() < deadline, "the script outlived its server"
+            time.sleep(0.02)
+    finally:
+        try:
+            os.killpg(script_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def is_gone(pid: int) -> bool:
+    """Dead counts: reaped, or a zombie whose new parent has not reaped it yet."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in (b"Z", b"X")
