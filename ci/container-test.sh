@@ -208,7 +208,9 @@ import sys
 import time
 
 DEMO = "skill-mcp-demo"
-proc = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+# argv: STDERR_LOG COMMAND...; the server's log lines go to STDERR_LOG.
+proc = subprocess.Popen(sys.argv[2:], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                        stderr=open(sys.argv[1], "wb"), bufsize=0)
 sel = selectors.DefaultSelector()
 sel.register(proc.stdout, selectors.EVENT_READ)
 buf = b""
@@ -302,8 +304,8 @@ if rc != 0:
     raise SystemExit(f"FAIL: the server exited {rc} on stdin EOF")
 print("stdin EOF: clean exit")
 PY
-/usr/bin/python3 "$run/mcp-driver.py" "$docker" run -i --rm --init "$image" ||
-    fail "stdio smoke"
+/usr/bin/python3 "$run/mcp-driver.py" "$run/server-stderr.log" "$docker" run -i --rm --init "$image" ||
+    { tail -n 20 "$run/server-stderr.log" >&2; fail "stdio smoke"; }
 
 # ---- leak check -----------------------------------------------------------------------------
 step "leak check: the pip CA and PIP_CERT are not in the image"
