@@ -99,16 +99,16 @@ nft_err=$(nft -f "$POLICY" 2>&1) ||
 # 4. The allowlist and, when it is non-empty, the resolvers. Each line is checked again here
 # because it came from an unprivileged process.
 elements=""
-while read -r set addr; do
-    [ -n "$set" ] || continue
-    case $set in
+while read -r kind addr; do
+    [ -n "$kind" ] || continue
+    case $kind in
         allow4 | allow6 | dns4 | dns6) ;;
-        *) die "unexpected resolver output: $set $addr" ;;
+        *) die "unexpected resolver output: $kind $addr" ;;
     esac
     case $addr in
-        "" | *[!0-9A-Fa-f.:/]*) die "unexpected resolver output: $set $addr" ;;
+        "" | *[!0-9A-Fa-f.:/]*) die "unexpected resolver output: $kind $addr" ;;
     esac
-    elements="${elements}add element inet skill_egress $set { $addr }
+    elements="${elements}add element inet skill_egress $kind { $addr }
 "
 done <<EOF
 $resolved
