@@ -1,0 +1,66 @@
+"""One version everywhere; the wheel carries the demo skill; the console script works from anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import zipfile
+from importlib import metadata
+
+from skill_mcp.version import package_version
+from support import REPO
+
+BIN = os.path.dirname(sys.executable)
+
+
+def declared_version() -> str:
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        return tomllib.load(handle)["project"]["version"]
+
+
+def test_one_version_everywhere(tmp_path) -> None:
+    version = declared_version()
+    assert metadata.version("skill-mcp") == package_version() == version
+    for command in ([os.path.join(BIN, "skill-mcp"), "--version"], [sys.executable, "-m", "skill_mcp", "--version"]):
+        shown = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+        assert shown.stdout.strip() == f"skill-mcp {version}"
+
+
+def test_runtime_dependencies_are_exactly_the_four() -> None:
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        dependencies = tomllib.load(handle)["project"]["dependencies"]
+    assert dependencies == ["mcp>=2.3,<3", "pydantic>=2", "ruamel.yaml", "structlog"]
+
+
+def test_wheel_carries_the_demo_skill(tmp_path) -> None:
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), REPO],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = [name for name in os.listdir(tmp_path) if name.endswith(".whl")]
+    names = zipfile.ZipFile(tmp_path / wheel).namelist()
+    demo = "skill_mcp/skills/skill-mcp-demo/"
+    for rel in ("SKILL.md", "references/declaration.md", "scripts/report.py", "scripts/report.js"):
+        assert demo + rel in names
+
+
+def test_console_script_serves_the_bundled_demo_from_an_unrelated_directory(tmp_path) -> None:
+    listed = subprocess.run(
+        [os.path.join(BIN, "skill-mcp"), "list", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"]},
+    )
+    assert listed.returncode == 0, listed.stderr
+    answer = json.loads(listed.stdout)
+    assert answer["rootsFrom"] == "default"
+    assert [skill["name"] for skill in answer["skills"]] == ["skill-mcp-demo"]
+    assert answer["problems"] == []
