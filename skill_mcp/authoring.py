@@ -195,7 +195,7 @@ def _deployment(roots: tuple[str, ...], apply_owner_grant: bool) -> Deployment:
 
 
 def _print(text: str) -> None:
-    # Paths from disk may carry undecodable bytes (surrogate escapes); show them rather than crash.
+    # A root given as an argument or variable may hold undecodable bytes; print them escaped, not crash.
     sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     if text:
         print(text)

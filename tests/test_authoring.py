@@ -1,0 +1,138 @@
+"""`spec` findings and the pure output of `check` / `list` (SPEC §14.2–14.3), on real skill trees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import make_skill
+from support import deployment_for
+
+from skill_mcp.authoring import check_lines, check_report, egress_allowlist, spec_findings, table_lines
+from skill_mcp.model import Problem, Skill
+
+VALID = (
+    "name: good-skill\n"
+    f"description: {'d' * 1024}\n"
+    f"compatibility: {'c' * 500}\n"
+    "metadata: {author: me, version: '1.0'}\n"
+    "license: MIT\n"
+    "allowed-tools: Read Grep\n"
+)
+
+BASE = "name: skill\ndescription: d\n"
+# (frontmatter, a fragment of the one `spec` detail it must draw)
+SPEC_RULES = {
+    "name-missing": ("description: d\n", '"name" is missing'),
+    "name-list": ("name: [x]\ndescription: d\n", '"name" is a list, not a string'),
+    "name-number": ("name: 12\ndescription: d\n", '"name" is a number, not a string'),
+    "name-uppercase": ("name: Skill\ndescription: d\n", 'name "Skill" is not 1-64 lowercase'),
+    "name-underscore": ("name: my_skill\ndescription: d\n", 'name "my_skill" is not'),
+    "name-leading-hyphen": ("name: -skill\ndescription: d\n", 'name "-skill" is not'),
+    "name-trailing-hyphen": ("name: skill-\ndescription: d\n", 'name "skill-" is not'),
+    "name-doubled-hyphen": ("name: my--skill\ndescription: d\n", 'name "my--skill" is not'),
+    "name-65-chars": (f"name: {'a' * 65}\ndescription: d\n", "is not 1-64"),
+    "description-missing": ("name: skill\n", '"description" is missing'),
+    "description-list": ("name: skill\ndescription: [d]\n", '"description" is a list, not a string'),
+    "description-empty": ("name: skill\ndescription: ''\n", '"description" is empty'),
+    "description-1025-chars": (f"name: skill\ndescription: {'d' * 1025}\n", "1025 characters, over the 1024"),
+    "compatibility-number": (BASE + "compatibility: 3\n", '"compatibility" is a number'),
+    "compatibility-empty": (BASE + "compatibility: ''\n", '"compatibility" is empty'),
+    "compatibility-501-chars": (BASE + f"compatibility: {'c' * 501}\n", "501 characters, over the 500"),
+    "metadata-list": (BASE + "metadata: [a]\n", '"metadata" is a list, not a mapping'),
+    "metadata-null": (BASE + "metadata:\n", '"metadata" is empty (null)'),
+    "metadata-number-value": (BASE + "metadata: {version: 2}\n", '"metadata.version" is a number'),
+    "metadata-number-key": (BASE + "metadata: {1: one}\n", "has the key 1, which is a number"),
+    "license-list": (BASE + "license: [MIT]\n", '"license" is a list, not a string'),
+    "allowed-tools-list": (BASE + "allowed-tools: [Read]\n", '"allowed-tools" is a list'),
+}
+
+
+def served_skill(root: Path, frontmatter: str, name: str = "skill") -> Skill:
+    make_skill(root, name, frontmatter)
+    deployment = deployment_for({}, roots_override=(str(root),), apply_owner_grant=False)
+    assert [skill.name for skill in deployment.skills] == [name]
+    return deployment.skills[0]
+
+
+@pytest.mark.parametrize("rule", SPEC_RULES)
+def test_each_spec_rule_fires_alone_on_its_fixture(root: Path, rule: str) -> None:
+    frontmatter, fragment = SPEC_RULES[rule]
+    skill = served_skill(root, frontmatter)
+    findings = spec_findings(skill)
+    assert [(finding.path, finding.reason) for finding in findings] == [(str(root / "skill"), "spec")]
+    assert fragment in findings[0].detail
+    assert "\n" not in findings[0].detail
+
+
+def test_a_valid_skill_at_every_limit_draws_no_spec_finding(root: Path) -> None:
+    assert spec_findings(served_skill(root, VALID, "good-skill")) == []
+
+
+def test_an_empty_metadata_mapping_and_a_64_char_name_are_valid(root: Path) -> None:
+    name = "a" * 63 + "b"
+    assert spec_findings(served_skill(root, f"name: {name}\ndescription: d\nmetadata: {{}}\n", name)) == []
+
+
+def test_each_broken_rule_is_its_own_finding(root: Path) -> None:
+    skill = served_skill(root, "license: 1\nallowed-tools: [Read]\nmetadata: 7\n")
+    details = [finding.detail for finding in spec_findings(skill)]
+    assert len(details) == 5
+    missing = ('"name" is missing', '"description" is missing')
+    for fragment in (*missing, '"metadata" is a number', '"license"', '"allowed-tools"'):
+        assert sum(fragment in detail for detail in details) == 1, fragment
+
+
+def test_check_lines_keep_every_problem_on_one_line_and_end_with_the_summary() -> None:
+    problems = [
+        Problem("/r/a", "malformed-frontmatter", "not valid YAML:\nwhile scanning\r\n  here"),
+        Problem("/r/b", "spec", 'frontmatter "name" is missing'),
+    ]
+    lines = check_lines(check_report(["/r"], ["b"], problems))
+    assert lines == [
+        "malformed-frontmatter  /r/a: not valid YAML: while scanning   here",
+        'spec  /r/b: frontmatter "name" is missing',
+        "1 skill(s), 2 problem(s)",
+    ]
+
+
+def listed(name: str, scripts: list[str], description: str | None = None, egress: list[str] | None = None) -> dict:
+    skill = {"name": name, "files": 3, "scripts": [{"script": script} for script in scripts]}
+    if description is not None:
+        skill["description"] = description
+    if egress:
+        skill["declaredEgress"] = egress
+    return skill
+
+
+def test_table_rows_stay_within_120_characters_and_show_runnable_scripts() -> None:
+    listing = {
+        "skills": [
+            listed("alpha", ["scripts/a.py", "scripts/b.js"], "First line " + "x" * 200 + "\nsecond line"),
+            listed("beta", [], "Short.\nMore."),
+            listed("gamma", []),
+        ],
+        "problems": [{"path": "/r", "reason": "spec", "detail": "d"}],
+        "grantNote": "nothing may run",
+    }
+    header, alpha, beta, gamma, summary, note = table_lines(listing)
+    assert header.split() == ["NAME", "FILES", "RUNNABLE", "DESCRIPTION"]
+    assert all(len(line) <= 120 for line in (header, alpha, beta, gamma))
+    assert alpha.split("  ")[0] == "alpha" and "scripts/a.py, scripts/b.js" in alpha
+    assert len(alpha) == 120 and alpha.endswith("…") and "second line" not in alpha
+    assert beta.split() == ["beta", "3", "-", "Short."]
+    assert gamma.split() == ["gamma", "3", "-"]
+    assert summary.startswith("3 skill(s), 1 problem(s)")
+    assert note == "nothing may run"
+
+
+def test_egress_allowlist_is_the_sorted_union_over_skills_that_can_run() -> None:
+    listing = {
+        "skills": [
+            listed("a", ["s.py"], egress=["b.example", "a.example"]),
+            listed("b", ["s.py"], egress=["a.example", "c.example"]),
+            listed("no-runnable-script", [], egress=["z.example"]),
+            listed("no-egress", ["s.py"]),
+        ]
+    }
+    assert egress_allowlist(listing) == ["a.example", "b.example", "c.example"]

@@ -1,0 +1,297 @@
+"""The CLI as users run it (SPEC §14): real `skill-mcp` subprocesses from an unrelated directory,
+with stdin left open, so a command that started a server would hang and fail the timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from conftest import make_skill
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+from support import payload
+
+from skill_mcp.config import BUNDLED_ROOT
+
+SKILL_MCP = os.path.join(os.path.dirname(sys.executable), "skill-mcp")
+ENTRY_POINTS = {"script": [SKILL_MCP], "module": [sys.executable, "-m", "skill_mcp"]}
+BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+PROMPT_SECONDS = 60
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def run_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None, via: str = "script") -> tuple[int, str, str]:
+    """Exit code, stdout and stderr; stdin stays open and output goes to files, so nothing can block on it."""
+    out, err = cwd / ".cli-stdout", cwd / ".cli-stderr"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        process = subprocess.Popen(
+            [*ENTRY_POINTS[via], *args], cwd=cwd, env={**BASE_ENV, **(env or {})},
+            stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
+        )  # fmt: skip
+        try:
+            code = process.wait(timeout=PROMPT_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            pytest.fail(f"skill-mcp {' '.join(args)} did not exit with stdin open: it started a server")
+        finally:
+            assert process.stdin is not None
+            process.stdin.close()
+    return code, out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
+
+
+def cli_json(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> object:
+    code, stdout, stderr = run_cli([*args, "--json"], cwd, env)
+    assert code in (0, 1), stderr
+    return json.loads(stdout)
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Path:
+    """A working directory unrelated to the repository and to the skills."""
+    cwd = tmp_path.resolve() / "elsewhere"
+    cwd.mkdir()
+    return cwd
+
+
+def outside_venv_python() -> str:
+    python = os.path.realpath(sys.executable)
+    if python.startswith(sys.prefix + os.sep):
+        pytest.skip("no python3 outside the test virtual environment")
+    return python
+
+
+RUNNER = """name: {name}
+description: The {name} skill.
+mcp-host:
+  version: 1
+  run:
+    - script: scripts/run.py
+      interpreter: python3
+    - script: scripts/run.sh
+      interpreter: bash
+  egress: [{egress}]
+"""
+
+SHELL_ONLY = """name: shell-only
+description: d
+mcp-host:
+  version: 1
+  run:
+    - script: run.sh
+      interpreter: bash
+  egress: [z.example]
+"""
+
+
+def grant(skill: str, script: str) -> dict[str, str]:
+    return {"MCP_SKILL_RUN": json.dumps([{"skill": skill, "script": script}])}
+
+
+def runnable_tree(root: Path) -> None:
+    """`fetch` and `upload` can run python3; `shell-only` declares only an interpreter that never runs."""
+    scripts = {"scripts/run.py": "", "scripts/run.sh": ""}
+    for name, egress in (("fetch", "b.example, a.example"), ("upload", "a.example, c.example")):
+        make_skill(root, name, RUNNER.format(name=name, egress=egress), files=scripts)
+    make_skill(root, "shell-only", SHELL_ONLY, files={"run.sh": ""})
+
+
+# --- version, usage, exit codes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("via", ENTRY_POINTS)
+def test_version_is_the_installed_package_version(elsewhere: Path, via: str) -> None:
+    code, stdout, _ = run_cli(["--version"], elsewhere, via=via)
+    assert (code, stdout.strip()) == (0, f"skill-mcp {metadata.version('skill-mcp')}")
+
+
+@pytest.mark.parametrize("args", [["check", "--bogus"], ["list", "--nope"], ["frobnicate"], ["check", "--json=yes"]])
+def test_usage_errors_exit_2(elsewhere: Path, args: list[str]) -> None:
+    code, stdout, stderr = run_cli(args, elsewhere)
+    assert code == 2 and stdout == "" and "usage:" in stderr
+
+
+@pytest.mark.parametrize("via", ENTRY_POINTS)
+def test_the_bundled_demo_skill_checks_clean(elsewhere: Path, via: str) -> None:
+    code, stdout, stderr = run_cli(["check"], elsewhere, via=via)
+    assert (code, stdout, stderr) == (0, "1 skill(s), 0 problem(s)\n", "")
+    assert cli_json(["check"], elsewhere) == {"roots": [BUNDLED_ROOT], "skills": ["skill-mcp-demo"], "problems": []}
+
+
+def test_check_exits_1_on_any_problem_and_list_still_exits_0(root: Path, elsewhere: Path) -> None:
+    make_skill(root, "fine")
+    assert run_cli(["check", str(root)], elsewhere)[0] == 0
+    make_skill(root, "Odd", "name: Odd\ndescription: d\n")
+    assert run_cli(["check", str(root)], elsewhere)[0] == 1
+    assert run_cli(["list", str(root)], elsewhere)[0] == 0
+    assert run_cli(["list", str(root), "--json"], elsewhere)[0] == 0
+    assert run_cli(["list", str(root), "--egress"], elsewhere)[0] == 0
+
+
+# --- check ------------------------------------------------------------------------------------
+
+
+def problem_tree(root: Path) -> None:
+    make_skill(root, "fine")
+    make_skill(root, "no-name", "description: d\n")  # spec + extension-excluded
+    make_skill(root, "broken", "name: [unclosed\n")  # malformed-frontmatter
+    make_skill(root, "two\nlines", "name: two-lines\ndescription: d\n")  # unusable-name; a newline in its path
+    (root / "not-a-skill").mkdir()  # no-skill-md
+
+
+def test_check_json_has_the_documented_shape_and_adds_spec_after_discovery(root: Path, elsewhere: Path) -> None:
+    problem_tree(root)
+    report = cli_json(["check", str(root)], elsewhere)
+    assert isinstance(report, dict) and set(report) == {"roots", "skills", "problems"}
+    assert report["roots"] == [str(root)] and report["skills"] == ["fine", "no-name"]
+    assert all(set(problem) == {"path", "reason", "detail"} for problem in report["problems"])
+    assert all(isinstance(value, str) for problem in report["problems"] for value in problem.values())
+    reasons = [(problem["reason"], problem["path"]) for problem in report["problems"]]
+    assert reasons == [
+        ("no-skill-md", str(root / "not-a-skill")),
+        ("malformed-frontmatter", str(root / "broken")),
+        ("unusable-name", str(root / "two\nlines")),
+        ("extension-excluded", str(root / "no-name")),
+        ("spec", str(root / "no-name")),
+    ]
+
+
+def test_check_human_output_is_one_line_per_problem_then_the_summary(root: Path, elsewhere: Path) -> None:
+    problem_tree(root)
+    problems = cli_json(["check", str(root)], elsewhere)["problems"]
+    assert any("\n" in problem["path"] + problem["detail"] for problem in problems)  # flattening is exercised
+    code, stdout, _ = run_cli(["check", str(root)], elsewhere)
+    assert code == 1
+    assert stdout.splitlines() == [
+        *(" ".join(f"{p['reason']}  {p['path']}: {p['detail']}".splitlines()) for p in problems),
+        "2 skill(s), 5 problem(s)",
+    ]
+
+
+def test_an_undecodable_root_argument_is_printed_not_a_crash(elsewhere: Path) -> None:
+    strict = {"PYTHONIOENCODING": "utf-8:strict"}  # as under a UTF-8 locale other than C.UTF-8
+    code, stdout, stderr = run_cli(["check", os.fsdecode(b"bad\xff"), "--json"], elsewhere, strict)
+    assert (code, stderr) == (1, "")
+    assert json.loads(stdout)["roots"] == [f"{elsewhere}/bad\udcff"]
+
+
+def test_relative_roots_are_made_absolute_against_the_working_directory(elsewhere: Path) -> None:
+    make_skill(elsewhere / "skills", "fine")
+    report = cli_json(["check", "skills", "./skills/fine"], elsewhere)
+    assert report["roots"] == [str(elsewhere / "skills"), str(elsewhere / "skills" / "fine")]
+    assert report["skills"] == ["fine"]  # one real directory reached twice is one skill
+    listing = cli_json(["list", "skills"], elsewhere, {"SKILLS_DIR": "/nonexistent"})
+    assert (listing["roots"], listing["rootsFrom"]) == ([str(elsewhere / "skills")], "arguments")
+
+
+def test_check_ignores_the_owner_grant_that_list_applies(root: Path, elsewhere: Path) -> None:
+    make_skill(root, "fine")
+    env = grant("fine", "scripts/evil.js")
+    assert cli_json(["check", str(root)], elsewhere, env)["problems"] == []
+    listing = cli_json(["list", str(root)], elsewhere, env)
+    assert [problem["reason"] for problem in listing["problems"]] == ["grant"]
+    assert listing["grantFrom"] == "MCP_SKILL_RUN"
+
+
+# --- list -------------------------------------------------------------------------------------
+
+
+def test_list_table_has_a_row_per_skill_within_120_characters(root: Path, elsewhere: Path) -> None:
+    runnable_tree(root)
+    make_skill(root, "wordy", f"name: wordy\ndescription: {'w' * 300}\n")
+    env = {"MCP_SKILL_PYTHON": outside_venv_python()}
+    code, stdout, _ = run_cli(["list", str(root)], elsewhere, env)
+    lines = stdout.splitlines()
+    assert code == 0 and lines[0].split() == ["NAME", "FILES", "RUNNABLE", "DESCRIPTION"]
+    rows = {line.split()[0]: line for line in lines[1:5]}
+    assert list(rows) == ["fetch", "shell-only", "upload", "wordy"]
+    assert all(len(line) <= 120 for line in lines[:5])
+    assert rows["fetch"].split()[:4] == ["fetch", "3", "scripts/run.py", "The"]
+    assert rows["shell-only"].split()[:3] == ["shell-only", "2", "-"]
+    assert lines[5] == "4 skill(s), 0 problem(s)"
+
+
+def test_list_json_never_shows_a_scrubbed_or_non_dumpable_cli(root: Path, elsewhere: Path) -> None:
+    make_skill(root, "fine")
+    for env in ({}, {"MCP_SKILLS_PATH": str(root)}):
+        hardening = cli_json(["list", str(root)], elsewhere, env)["hardening"]
+        assert (hardening["environScrubbed"], hardening["nonDumpable"]) == (False, False)
+
+
+async def served_skill_list(env: dict[str, str], cwd: Path) -> dict:
+    server = StdioServerParameters(command=SKILL_MCP, args=["serve"], env={**BASE_ENV, **env}, cwd=cwd)
+    async with Client(server, mode="legacy") as client:
+        return payload(await client.call_tool("skill_list", {}))
+
+
+ENVIRONMENTS = {
+    "standalone": lambda root: {"SKILLS_DIR": str(root)},
+    "hosted-default": lambda root: {"MCP_SKILLS_PATH": str(root)},
+    "hosted-granted": lambda root: {
+        "MCP_SKILLS_PATH": str(root),
+        "MCP_SKILL_RUN": json.dumps([{"skill": "fetch", "script": "scripts/run.py"}, {"skill": "gone", "script": "x"}]),
+    },
+    "malformed-grant": lambda root: {"SKILLS_DIR": str(root), "MCP_SKILL_RUN": "{"},
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+async def test_list_json_is_the_skill_list_of_a_real_server(root: Path, elsewhere: Path, environment: str) -> None:
+    runnable_tree(root)
+    make_skill(root, "no-name", "description: d\n")
+    env = {**ENVIRONMENTS[environment](root), "MCP_SKILL_PYTHON": outside_venv_python()}
+    served = await served_skill_list(env, elsewhere)
+    listed = cli_json(["list"], elsewhere, env)
+    assert served["hardening"]["environScrubbed"] is True  # the server scrubs; the CLI must not
+    assert listed["hardening"]["environScrubbed"] is False
+    served.pop("hardening"), listed.pop("hardening")
+    assert listed == served
+
+
+@pytest.mark.parametrize(
+    ("env", "hosts"),
+    [
+        ({}, ["a.example", "b.example", "c.example"]),
+        (grant("upload", "scripts/run.py"), ["a.example", "c.example"]),
+        (grant("shell-only", "run.sh"), []),
+        ({"MCP_SKILL_RUN": "[]"}, []),
+        ({"MCP_SKILLS_PATH": ":"}, []),  # hosted without a grant: nothing may run
+        ({"MCP_DATA_DIR": "/data", **grant("fetch", "scripts/run.py")}, ["a.example", "b.example"]),
+    ],
+    ids=["standalone", "granted-one", "granted-unrunnable", "empty-grant", "hosted-default", "hosted-granted"],
+)
+def test_list_egress_follows_the_grant_and_the_hosted_default(root: Path, elsewhere: Path, env: dict, hosts: list):
+    runnable_tree(root)
+    env = {**env, "MCP_SKILL_PYTHON": outside_venv_python()}
+    code, stdout, _ = run_cli(["list", str(root), "--egress"], elsewhere, env)
+    assert (code, stdout.splitlines()) == (0, hosts)
+    assert cli_json(["list", str(root), "--egress"], elsewhere, env) == hosts
+
+
+# --- scale ------------------------------------------------------------------------------------
+
+
+def test_134_skills_report_the_limit_by_default_and_list_all_under_a_raised_one(root: Path, elsewhere: Path) -> None:
+    names = [f"skill-{index:03d}" for index in range(134)]
+    for name in names:
+        make_skill(root, name)
+    report = cli_json(["check", str(root)], elsewhere)
+    assert report["skills"] == names[:32]
+    limits = [problem for problem in report["problems"] if problem["reason"] == "skill-limit"]
+    assert len(limits) == 1 and limits[0]["path"] == str(root)
+    assert "134" in limits[0]["detail"] and "32" in limits[0]["detail"]
+    listing = cli_json(["list", str(root)], elsewhere, {"MCP_MAX_SKILLS": "200"})
+    assert [skill["name"] for skill in listing["skills"]] == names and listing["problems"] == []
+    code, stdout, _ = run_cli(["list", str(root)], elsewhere, {"MCP_MAX_SKILLS": "200"})
+    assert code == 0 and len(stdout.splitlines()) == 1 + 134 + 1
+    assert run_cli(["check", str(root)], elsewhere, {"MCP_MAX_SKILLS": "200"})[0] == 0
