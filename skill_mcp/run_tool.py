@@ -64,6 +64,7 @@ class RunService:
         self._random_bytes = random_bytes
         self._busy = False
         self._active_pid: int | None = None
+        self._interrupted_run = False
         self._log = get_logger()
 
     # --- entry points -------------------------------------------------------------------------
@@ -75,8 +76,7 @@ class RunService:
         try:
             draft = self._preview_stage(name, script, tuple(arguments.get("args", ())))
         except Refused as refused:
-            self._log.warning("run.refused", skill=name, script=script, reason=refused.reason)
-            return failure_result(refused)
+            return self._refused(name, script, refused)
         path = self._confirm_path(ctx)
         self._log_preview(draft, path)
         token = arguments.get("confirmToken")
@@ -90,10 +90,11 @@ class RunService:
         return await self._path_token(draft, token)
 
     def kill_active(self) -> bool:
-        if self._active_pid is None:
-            return False
-        kill_process_group(self._active_pid)
-        return True
+        """On shutdown: kill a running script's group; True when a run was in flight."""
+        if self._active_pid is not None:
+            kill_process_group(self._active_pid)
+            return True
+        return self._interrupted_run
 
     # --- the preview stage (§9.1 steps 2-7) -----------------------------------------------------
 
@@ -202,8 +203,8 @@ class RunService:
             return text_result(minified(confirm.not_confirmed()))
         try:
             fresh = self._preview_stage(draft.skill.name, draft.entry.script, draft.args)
-        except Refused as refused:
-            return failure_result(refused)
+        except Refused as refused:  # the skill changed while the user was deciding
+            return self._refused(draft.skill.name, draft.entry.script, refused)
         if fresh.will_run != draft.will_run:
             return text_result(minified(confirm.draft_changed(fresh.will_run)), is_error=True)
         return await self._run_once(fresh, None)
@@ -277,6 +278,10 @@ class RunService:
 
     # --- running (§9.1 steps 10-11) ---------------------------------------------------------------
 
+    def _refused(self, name: str, script: str, refused: Refused) -> types.CallToolResult:
+        self._log.warning("run.refused", skill=name, script=script, reason=refused.reason)
+        return failure_result(refused)
+
     def _busy_refusal(self, draft: Draft) -> types.CallToolResult:
         self._log.warning("run.refused", skill=draft.skill.name, script=draft.entry.script, reason="busy")
         return failure_result(
@@ -302,6 +307,9 @@ class RunService:
                 if not spent_now:
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
             return await self._spawn(draft)
+        except anyio.get_cancelled_exc_class():
+            self._interrupted_run = True  # the client left mid-run; run_process killed the group
+            raise
         finally:
             self._busy = False
             self._active_pid = None

@@ -6,7 +6,9 @@ the handlers' plain values, and keeps every exception off the wire.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,14 +18,12 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from . import surfaces
+from . import skills_ext, surfaces
 from .deployment import Deployment
 from .logs import get_logger
 from .schemas import TOOLS, TOOLS_BY_NAME, schema_violation
 from .tools import READ_TOOLS, ToolFailure, minified
 from .version import package_version
-
-SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
 
 RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
 
@@ -72,28 +72,33 @@ def build_server(deployment: Deployment, run_tool: RunTool | None = None) -> Ser
             log.error("tool.error", tool=name, errorType=type(error).__name__)
             return text_result(f"an internal error occurred in {name}; nothing more is known here, see the server log", is_error=True)
 
-    def bad_request(action: Callable[[], Any]) -> Any:
+    def bad_request(method: str, action: Callable[[], Any]) -> Any:
         try:
             return action()
         except surfaces.BadRequest as bad:
             raise MCPError(code=types.INVALID_PARAMS, message=str(bad)) from None
+        except Exception as error:  # noqa: BLE001 - the handshake-era SDK would send code 0 with the exception text
+            log.error("method.error", method=method, errorType=type(error).__name__)
+            raise MCPError(
+                code=types.INTERNAL_ERROR, message=f"an internal error occurred in {method}; see the server log"
+            ) from None
 
     async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> types.ListPromptsResult:
         return types.ListPromptsResult.model_validate({"prompts": surfaces.prompts(deployment)})
 
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        return types.GetPromptResult.model_validate(bad_request(lambda: surfaces.prompt(deployment, params.name)))
+        return types.GetPromptResult.model_validate(bad_request("prompts/get", lambda: surfaces.prompt(deployment, params.name)))
 
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         cursor = params.cursor if params else None
-        page, next_cursor = bad_request(lambda: surfaces.resources_page(deployment, cursor))
+        page, next_cursor = bad_request("resources/list", lambda: surfaces.resources_page(deployment, cursor))
         return types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
 
     async def list_templates(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": [surfaces.RESOURCE_TEMPLATE]})
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        return types.ReadResourceResult.model_validate(bad_request(lambda: surfaces.read_resource(deployment, str(params.uri))))
+        return types.ReadResourceResult.model_validate(bad_request("resources/read", lambda: surfaces.read_resource(deployment, str(params.uri))))
 
     server: Server[Any] = Server(
         "skill-mcp",
@@ -107,7 +112,7 @@ def build_server(deployment: Deployment, run_tool: RunTool | None = None) -> Ser
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
     )
-    server.extensions = {SKILLS_EXTENSION: {"directoryRead": True}}
+    skills_ext.register(server, deployment)
     return server
 
 
@@ -115,19 +120,19 @@ async def serve_stdio(server: Server[Any], on_shutdown: Callable[[str], Awaitabl
     """Serve until stdin closes or a signal arrives, then shut down cleanly with exit status 0."""
     from mcp.server.stdio import stdio_server
 
-    reason = "eof"
     async with anyio.create_task_group() as group:
 
         async def watch_signals() -> None:
-            nonlocal reason
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
-                    reason = "signal"
-                    group.cancel_scope.cancel()
-                    return
+                    await on_shutdown("signal")
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    # The SDK reads stdin in a worker thread that no cancellation can interrupt.
+                    os._exit(0)
 
         group.start_soon(watch_signals)
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         group.cancel_scope.cancel()
-    await on_shutdown(reason)
+    await on_shutdown("eof")
