@@ -218,11 +218,12 @@ class RunService:
             self._log_confirm(draft, "input-required", "asked")
             return self._ask(draft)
         decision = _decision(responses.get("confirm"))
-        self._log_confirm(draft, "input-required", decision)
         if decision != "accepted":
+            self._log_confirm(draft, "input-required", decision)
             return text_result(minified(confirm.not_confirmed()))
         state = params.get("requestState")
         if not isinstance(state, str):
+            self._log_confirm(draft, "input-required", "failed")
             return text_result(
                 "the confirmation answer arrived without the request state this server issued; nothing was run",
                 is_error=True,
@@ -230,6 +231,8 @@ class RunService:
         approval = confirm.open_state(
             self._key, state, draft.target, confirm.payload_hash(draft.will_run), self._clock_ms(), self._spent
         )
+        # An answer bound to no valid state approves nothing: ask again.
+        self._log_confirm(draft, "input-required", "accepted" if approval else "asked")
         if approval is None:
             return self._ask(draft)
         return await self._run_once(draft, approval)
