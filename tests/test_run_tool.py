@@ -705,6 +705,18 @@ async def test_path2_state_is_single_use_bound_and_unforgeable(fence: Fence) -> 
     assert fence.runs() == [["mark"]]
 
 
+async def test_path2_acceptance_bound_to_no_valid_state_is_logged_as_asked_again(fence: Fence) -> None:
+    service = fence.service()
+    async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as client:
+        state = assert_asked(await ask(client, call()), fence)
+        with capture_logs() as logs:
+            await ask(client, call(), input_responses={"confirm": ACCEPT}, request_state=state[:-2] + "AA")
+            await ask(client, call(), input_responses={"confirm": ACCEPT})
+    decisions = [e["decision"] for e in events(logs) if e["event"] == "run.confirm"]
+    assert decisions == ["asked", "failed"]
+    assert fence.runs() == []
+
+
 async def test_path2_answers_without_state_or_acceptance(fence: Fence) -> None:
     service = fence.service()
     async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as client:
