@@ -35,7 +35,7 @@ def instructions(deployment: Deployment) -> str:
         description = " ".join((skill.description or "").split("\n"))
         if len(description) > _INSTRUCTION_DESCRIPTION_CHARS:
             description = description[: _INSTRUCTION_DESCRIPTION_CHARS - 1] + "…"
-        lines.append(f"- {skill.name}: {description}")
+        lines.append(f"- {skill.name}: {description}" if description else f"- {skill.name}")
     if len(skills) > _INSTRUCTION_SKILLS:
         lines.append(f"…and {len(skills) - _INSTRUCTION_SKILLS} more skills; call skill_list to see them all.")
     return "\n".join(lines)[:_INSTRUCTIONS_MAX_CHARS]
