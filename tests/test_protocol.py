@@ -103,7 +103,7 @@ async def test_modern_results_carry_server_info_meta(deployment):
 async def test_instructions_list_the_served_skills(deployment, era):
     async with connect(deployment, era) as client:
         assert client.instructions == (
-            f"{FIRST_SENTENCE}\n- alpha: Alpha  does\\n things.\n- beta: "
+            f"{FIRST_SENTENCE}\n- alpha: Alpha  does\\n things.\n- beta"
         )
 
 
