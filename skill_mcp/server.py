@@ -112,7 +112,7 @@ def build_server(deployment: Deployment, run_tool: RunTool | None = None) -> Ser
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
     )
-    skills_ext.register(server, deployment)
+    skills_ext.register(server, deployment, bad_request)
     return server
 
 

@@ -1,16 +1,42 @@
-"""The MCP Skills extension (SEP-2640, SPEC §12): which skills it carries, and its methods."""
+"""The MCP Skills extension (SEP-2640, SPEC §12): which skills it carries, and its methods.
+
+The deployment imports this module at boot, and `surfaces` imports the deployment, so the
+method builders import `surfaces` when called rather than at load time.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
+import mcp_types as types
+
+from .files import media_type, sha256_file
+from .frontmatter import frontmatter_to_json
 from .model import Problem, Skill
+from .paths import PathRefused, resolve_in_skill
+
+if TYPE_CHECKING:
+    from mcp.server.lowlevel import Server
+
+    from .deployment import Deployment
 
 EXTENSION_ID = "io.modelcontextprotocol/skills"
 _AGENT_SKILLS_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 _MAX_NAME_CHARS = 64
 _MAX_DESCRIPTION_CHARS = 1024
+
+SKILLS_PAGE = 16
+DIRECTORY_PAGE = 500
+MAX_DIGEST_ENTRIES = 512
+MAX_DIGEST_BYTES = 16777216
+DYNAMIC = "dynamic"
+CACHE_HINTS = {"ttlMs": 60000, "cacheScope": "private"}
+DIRECTORY_MIME_TYPE = "inode/directory"
+_SHOWN_URI_CHARS = 200
+_Item = TypeVar("_Item")
 
 
 def exclusion_reason(skill: Skill) -> str | None:
@@ -49,3 +75,167 @@ def extension_exclusions(skills: Sequence[Skill]) -> tuple[frozenset[str], list[
             )
     return frozenset(carried), problems
 
+
+# --- entries and digests (§12.3) ---------------------------------------------------------------
+
+
+def extension_skills(deployment: Deployment) -> list[Skill]:
+    return [skill for skill in deployment.skills if skill.name in deployment.extension_names]
+
+
+def _resource_paths(skill: Skill) -> list[str]:
+    """SKILL.md first when the manifest lacks it (an in-skill symlink), then the manifest in order."""
+    paths = [entry.path for entry in skill.manifest]
+    return paths if "SKILL.md" in paths else ["SKILL.md", *paths]
+
+
+def _digests(skill: Skill) -> list[dict[str, Any]] | str:
+    from .surfaces import resource_uri
+
+    paths = _resource_paths(skill)
+    if (
+        skill.file_limit_hit
+        or len(paths) > MAX_DIGEST_ENTRIES
+        or sum(entry.size for entry in skill.manifest) > MAX_DIGEST_BYTES
+    ):
+        return DYNAMIC
+    resources: list[dict[str, Any]] = []
+    hashed = 0
+    for rel in paths:
+        try:
+            # The remaining budget caps each file, so hashing stops as soon as the total passes it.
+            digest, size = sha256_file(resolve_in_skill(skill.real_dir, rel), MAX_DIGEST_BYTES - hashed)
+        except (PathRefused, OSError):
+            return DYNAMIC
+        hashed += size
+        resources.append({"uri": resource_uri(skill.name, rel), "digest": f"sha256:{digest}", "size": size})
+    return resources
+
+
+def skill_entry(skill: Skill) -> dict[str, Any]:
+    """`{uri, frontmatter, resources}`, digests computed now, streamed, through the resolve check."""
+    from .surfaces import resource_uri
+
+    return {
+        "uri": resource_uri(skill.name, "SKILL.md"),
+        "frontmatter": frontmatter_to_json(skill.frontmatter),
+        "resources": _digests(skill),
+    }
+
+
+# --- methods (§12.4) ---------------------------------------------------------------------------
+
+
+def _paged(
+    key: str, items: Sequence[_Item], cursor: str | None, size: int, render: Callable[[_Item], dict[str, Any]]
+) -> dict[str, Any]:
+    """One page of `items`, rendered only once on the page; `nextCursor` when more follow."""
+    from .surfaces import page_start
+
+    start = page_start(cursor, len(items), size)
+    end = min(start + size, len(items))
+    result: dict[str, Any] = {key: [render(item) for item in items[start:end]], **CACHE_HINTS}
+    if end < len(items):
+        result["nextCursor"] = str(end)
+    return result
+
+
+def skills_page(deployment: Deployment, cursor: str | None) -> dict[str, Any]:
+    return _paged("skills", extension_skills(deployment), cursor, SKILLS_PAGE, skill_entry)
+
+
+def get_skill(deployment: Deployment, uri: str) -> dict[str, Any]:
+    from .surfaces import BadRequest, resource_uri
+
+    for skill in extension_skills(deployment):
+        if uri == resource_uri(skill.name, "SKILL.md"):
+            return {"skill": skill_entry(skill), **CACHE_HINTS}
+    raise BadRequest(f"no skill is served at {uri[:_SHOWN_URI_CHARS]}; skills/list shows the URI of every skill")
+
+
+def _directory(deployment: Deployment, uri: str) -> tuple[Skill, str]:
+    """The skill and directory path ("" for the skill itself) that `uri` names; BadRequest otherwise."""
+    from .surfaces import BadRequest, split_skill_uri
+
+    refusal = BadRequest(
+        f"{uri[:_SHOWN_URI_CHARS]} is not a directory resource; "
+        "use skill://<skill> or skill://<skill>/<directory> where the directory holds listed files"
+    )
+    name, slash, _ = uri.removeprefix("skill://").partition("/")
+    if not uri.startswith("skill://"):
+        raise refusal
+    try:
+        rel = split_skill_uri(uri)[1] if slash else ""
+    except BadRequest:
+        raise refusal from None
+    skill = deployment.by_name.get(name)
+    # skill://<name>/<dir> is a directory only when <dir> prefixes a manifest path; a bare trailing "/" never is.
+    if skill is None or (slash and not any(entry.path.startswith(rel + "/") for entry in skill.manifest)):
+        raise refusal
+    return skill, rel
+
+
+def _children(skill: Skill, rel: str) -> list[dict[str, Any]]:
+    from .surfaces import resource_uri
+
+    prefix = f"{rel}/" if rel else ""
+    children: dict[str, dict[str, Any]] = {}
+    for entry in skill.manifest:
+        if not entry.path.startswith(prefix):
+            continue
+        child, slash, _ = entry.path[len(prefix) :].partition("/")
+        if child in children:
+            continue
+        uri = resource_uri(skill.name, prefix + child)
+        if slash:
+            children[child] = {"uri": uri, "name": child, "mimeType": DIRECTORY_MIME_TYPE}
+        else:
+            children[child] = {"uri": uri, "name": child, "mimeType": media_type(child), "size": entry.size}
+    return [children[child] for child in sorted(children)]
+
+
+def directory_page(deployment: Deployment, uri: str, cursor: str | None) -> dict[str, Any]:
+    """Direct children of a directory resource, from the boot-time manifest (§12.4)."""
+    # The cache hints are additive to §12.4 here; SEP-2640 clients (the Inspector) require them.
+    return _paged("resources", _children(*_directory(deployment, uri)), cursor, DIRECTORY_PAGE, dict)
+
+
+# --- wiring ------------------------------------------------------------------------------------
+
+
+class SkillsListParams(types.RequestParams):
+    cursor: str | None = None
+
+
+class SkillsGetParams(types.RequestParams):
+    uri: str
+
+
+class DirectoryReadParams(types.RequestParams):
+    uri: str
+    cursor: str | None = None
+
+
+def register(server: Server[Any], deployment: Deployment, answer: Callable[[str, Callable[[], Any]], Any]) -> None:
+    """Declare the extension (the SDK carries it on 2026-07-28 only) and answer its methods on both eras.
+    `answer(method, compute)` is the wiring's error convention: bad input -32602, anything else -32603."""
+
+    def handler(method: str, compute: Callable[[Any], dict[str, Any]]) -> Any:
+        async def handle(ctx: Any, params: Any) -> dict[str, Any]:
+            # Off the event loop: one answer may hash 16 MiB per skill.
+            return await anyio.to_thread.run_sync(answer, method, lambda: compute(params))
+
+        return handle
+
+    server.extensions = {**server.extensions, EXTENSION_ID: {"directoryRead": True}}
+    server.add_request_handler(
+        "skills/list", SkillsListParams, handler("skills/list", lambda params: skills_page(deployment, params.cursor))
+    )
+    server.add_request_handler(
+        "skills/get", SkillsGetParams, handler("skills/get", lambda params: get_skill(deployment, params.uri))
+    )
+    server.add_request_handler(
+        "resources/directory/read",
+        DirectoryReadParams,
+        handler("resources/directory/read", lambda params: directory_page(deployment, params.uri, params.cursor)),
+    )

@@ -1,0 +1,409 @@
+"""The Skills extension (SPEC §12) through the SDK client, on both eras."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tracemalloc
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter
+
+from skill_mcp import skills_ext
+from skill_mcp.skills_ext import EXTENSION_ID
+from support import ERAS, connect, deployment_for, payload, write_skill
+
+pytestmark = pytest.mark.anyio
+
+MIB = 1024 * 1024
+_RAW = TypeAdapter(dict[str, Any])
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def call(client: Any, method: str, **params: Any) -> dict[str, Any]:
+    return await client.session.send_request(types.Request[dict[str, Any], str](method=method, params=params), _RAW)
+
+
+async def refused(client: Any, method: str, **params: Any) -> MCPError:
+    with pytest.raises(MCPError) as caught:
+        await call(client, method, **params)
+    return caught.value
+
+
+def sha256_of(path: str) -> str:
+    with open(path, "rb") as handle:
+        return "sha256:" + hashlib.sha256(handle.read()).hexdigest()
+
+
+def plain_skill(root: str, name: str, files: dict[str, str | bytes] | None = None) -> str:
+    return str(write_skill(root, name, files=files or {"notes.txt": "notes\n"}))
+
+
+async def get_resources(deployment: Any, era: str, name: str) -> Any:
+    async with connect(deployment, era) as client:
+        answer = await call(client, "skills/get", uri=f"skill://{name}/SKILL.md")
+    return answer["skill"]["resources"]
+
+
+# --- declaration and both eras -----------------------------------------------------------------
+
+
+async def test_extension_is_declared_on_2026_07_28(tmp_path: Any) -> None:
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), "auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        assert client.server_capabilities.extensions == {EXTENSION_ID: {"directoryRead": True}}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_methods_answer_on_both_eras(tmp_path: Any, era: str) -> None:
+    plain_skill(str(tmp_path), "alpha", {"scripts/run.py": "print(1)\n"})
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        listed = await call(client, "skills/list")
+        got = await call(client, "skills/get", uri="skill://alpha/SKILL.md")
+        directory = await call(client, "resources/directory/read", uri="skill://alpha")
+    assert [entry["uri"] for entry in listed["skills"]] == ["skill://alpha/SKILL.md"]
+    assert "nextCursor" not in listed
+    assert (listed["ttlMs"], listed["cacheScope"]) == (60000, "private")
+    assert (got["ttlMs"], got["cacheScope"]) == (60000, "private")
+    assert (directory["ttlMs"], directory["cacheScope"]) == (60000, "private")
+    assert got["skill"] == listed["skills"][0]
+    assert [child["name"] for child in directory["resources"]] == ["SKILL.md", "scripts"]
+    if era == "auto":
+        assert listed["resultType"] == "complete"
+
+
+# --- entries and digests -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_digests_and_sizes_match_an_independent_sha256(tmp_path: Any, era: str) -> None:
+    files = {"a.txt": "alpha\n", "bin/blob.dat": bytes(range(256)) * 300, "docs/deep/é x.md": "# deep\n", "empty": b""}
+    directory = plain_skill(str(tmp_path), "alpha", files)
+    resources = await get_resources(deployment_for({"SKILLS_DIR": str(tmp_path)}), era, "alpha")
+    expected = [
+        ("skill://alpha/SKILL.md", "SKILL.md"),
+        ("skill://alpha/a.txt", "a.txt"),
+        ("skill://alpha/bin/blob.dat", "bin/blob.dat"),
+        ("skill://alpha/docs/deep/%C3%A9%20x.md", "docs/deep/é x.md"),
+        ("skill://alpha/empty", "empty"),
+    ]
+    assert resources == [
+        {"uri": uri, "digest": sha256_of(os.path.join(directory, rel)), "size": os.path.getsize(os.path.join(directory, rel))}
+        for uri, rel in expected
+    ]
+    assert resources[4]["digest"] == "sha256:" + "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_file_changed_after_boot_yields_its_new_digest(tmp_path: Any, era: str) -> None:
+    directory = plain_skill(str(tmp_path), "alpha", {"notes.txt": "before\n"})
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    with open(os.path.join(directory, "notes.txt"), "w") as handle:
+        handle.write("after, and longer\n")
+    resources = await get_resources(deployment, era, "alpha")
+    assert resources[1] == {
+        "uri": "skill://alpha/notes.txt",
+        "digest": "sha256:" + hashlib.sha256(b"after, and longer\n").hexdigest(),
+        "size": 18,
+    }
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_symlink_planted_after_boot_is_refused_not_followed(tmp_path: Any, era: str) -> None:
+    root = tmp_path / "root"
+    directory = plain_skill(str(root), "alpha", {"notes.txt": "inside\n"})
+    outside = tmp_path / "secret.txt"
+    outside.write_text("outside\n")
+    deployment = deployment_for({"SKILLS_DIR": str(root)})
+    os.remove(os.path.join(directory, "notes.txt"))
+    os.symlink(outside, os.path.join(directory, "notes.txt"))
+    assert await get_resources(deployment, era, "alpha") == "dynamic"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_in_skill_symlinked_skill_md_is_added_to_the_resources(tmp_path: Any, era: str) -> None:
+    directory = plain_skill(str(tmp_path), "alpha", {"docs/real.md": "---\nname: alpha\ndescription: Linked.\n---\nB\n"})
+    os.remove(os.path.join(directory, "SKILL.md"))
+    os.symlink("docs/real.md", os.path.join(directory, "SKILL.md"))
+    resources = await get_resources(deployment_for({"SKILLS_DIR": str(tmp_path)}), era, "alpha")
+    real = os.path.join(directory, "docs/real.md")
+    assert resources == [
+        {"uri": "skill://alpha/SKILL.md", "digest": sha256_of(real), "size": os.path.getsize(real)},
+        {"uri": "skill://alpha/docs/real.md", "digest": sha256_of(real), "size": os.path.getsize(real)},
+    ]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_frontmatter_is_echoed_as_json_with_iso_dates(tmp_path: Any, era: str) -> None:
+    frontmatter = (
+        "name: alpha\ndescription: Dated.\nmetadata:\n  created: 2024-01-02\n  at: 2024-01-02T03:04:05\n"
+        "  1: one\n  ratio: .nan\n  tags: [a, b]\n"
+    )
+    write_skill(str(tmp_path), "alpha", frontmatter)
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        entry = (await call(client, "skills/list"))["skills"][0]
+    assert entry["frontmatter"] == {
+        "name": "alpha",
+        "description": "Dated.",
+        "metadata": {"created": "2024-01-02", "at": "2024-01-02T03:04:05", "1": "one", "ratio": ".nan", "tags": ["a", "b"]},
+    }
+
+
+# --- "dynamic" ---------------------------------------------------------------------------------
+
+
+def many_files(count: int, size: int = 1) -> dict[str, str | bytes]:
+    return {f"f/{index:04d}": b"x" * size for index in range(count)}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_dynamic_when_the_walk_hit_the_file_limit(tmp_path: Any, era: str) -> None:
+    plain_skill(str(tmp_path), "alpha", many_files(2001))
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    assert deployment.by_name["alpha"].file_limit_hit
+    assert await get_resources(deployment, era, "alpha") == "dynamic"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_dynamic_above_512_entries_and_not_at_512(tmp_path: Any, era: str) -> None:
+    plain_skill(str(tmp_path), "at-limit", many_files(511))
+    plain_skill(str(tmp_path), "over-limit", many_files(512))
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    assert len(await get_resources(deployment, era, "at-limit")) == 512
+    assert await get_resources(deployment, era, "over-limit") == "dynamic"
+
+
+def sparse(path: str, size: int) -> None:
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_dynamic_when_the_manifest_total_passes_16_mib_and_not_at_16_mib(tmp_path: Any, era: str) -> None:
+    for name, extra in (("at-budget", 0), ("over-budget", 1)):
+        directory = plain_skill(str(tmp_path), name)
+        used = os.path.getsize(os.path.join(directory, "SKILL.md")) + os.path.getsize(os.path.join(directory, "notes.txt"))
+        sparse(os.path.join(directory, "zeros.bin"), 16 * MIB - used + extra)
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    at_budget = await get_resources(deployment, era, "at-budget")
+    assert sum(resource["size"] for resource in at_budget) == 16 * MIB
+    assert await get_resources(deployment, era, "over-budget") == "dynamic"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_dynamic_when_the_hashed_total_passes_16_mib_after_boot(tmp_path: Any, era: str) -> None:
+    directory = plain_skill(str(tmp_path), "alpha")
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    sparse(os.path.join(directory, "notes.txt"), 16 * MIB)
+    assert await get_resources(deployment, era, "alpha") == "dynamic"
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("failure", ["removed", "fifo", "directory"])
+async def test_dynamic_when_a_file_fails_at_request_time(tmp_path: Any, era: str, failure: str) -> None:
+    directory = plain_skill(str(tmp_path), "alpha")
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    notes = os.path.join(directory, "notes.txt")
+    os.remove(notes)
+    if failure == "fifo":
+        os.mkfifo(notes)
+    elif failure == "directory":
+        os.mkdir(notes)
+    assert await get_resources(deployment, era, "alpha") == "dynamic"
+
+
+# --- pagination and cursors --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_skills_list_pages_walk_every_extension_skill_exactly_once(tmp_path: Any, era: str) -> None:
+    names = [f"skill-{index:02d}" for index in range(37)]
+    for name in names:
+        plain_skill(str(tmp_path), name)
+    write_skill(str(tmp_path), "skill-18b", "name: other\ndescription: Excluded.\n")
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path), "MCP_MAX_SKILLS": "64"})
+    seen: list[str] = []
+    pages: list[int] = []
+    async with connect(deployment, era) as client:
+        answer = await call(client, "skills/list")
+        while True:
+            pages.append(len(answer["skills"]))
+            seen += [entry["uri"] for entry in answer["skills"]]
+            if "nextCursor" not in answer:
+                break
+            answer = await call(client, "skills/list", cursor=answer["nextCursor"])
+    assert seen == [f"skill://{name}/SKILL.md" for name in names]
+    assert pages == [16, 16, 5]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_directory_pages_walk_every_child_exactly_once(tmp_path: Any, era: str) -> None:
+    plain_skill(str(tmp_path), "alpha", {**many_files(1203), "f/sub/inner.txt": "x"})
+    seen: list[dict[str, Any]] = []
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        answer = await call(client, "resources/directory/read", uri="skill://alpha/f")
+        while True:
+            assert len(answer["resources"]) <= 500
+            seen += answer["resources"]
+            if "nextCursor" not in answer:
+                break
+            answer = await call(client, "resources/directory/read", uri="skill://alpha/f", cursor=answer["nextCursor"])
+    octets = "application/octet-stream"
+    files = [{"uri": f"skill://alpha/f/{i:04d}", "name": f"{i:04d}", "mimeType": octets, "size": 1} for i in range(1203)]
+    assert seen == [*files, {"uri": "skill://alpha/f/sub", "name": "sub", "mimeType": "inode/directory"}]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_unknown_cursor_is_invalid_params(tmp_path: Any, era: str) -> None:
+    plain_skill(str(tmp_path), "alpha")
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        for cursor in ("bogus", "16", "0", "-1"):
+            assert (await refused(client, "skills/list", cursor=cursor)).error.code == types.INVALID_PARAMS
+            error = await refused(client, "resources/directory/read", uri="skill://alpha", cursor=cursor)
+            assert error.error.code == types.INVALID_PARAMS
+            assert "unknown cursor" in error.error.message
+
+
+# --- directory resources -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_directory_read_lists_direct_children_by_name(tmp_path: Any, era: str) -> None:
+    plain_skill(str(tmp_path), "alpha", {"scripts/run.py": "print(1)\n", "scripts/lib/util.js": "x", "b.md": "bb"})
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        scripts = await call(client, "resources/directory/read", uri="skill://alpha/scripts")
+        lib = await call(client, "resources/directory/read", uri="skill://alpha/scripts/lib")
+    assert scripts["resources"] == [
+        {"uri": "skill://alpha/scripts/lib", "name": "lib", "mimeType": "inode/directory"},
+        {"uri": "skill://alpha/scripts/run.py", "name": "run.py", "mimeType": "text/x-python", "size": 9},
+    ]
+    assert lib["resources"] == [
+        {"uri": "skill://alpha/scripts/lib/util.js", "name": "util.js", "mimeType": "text/javascript", "size": 1}
+    ]
+    assert "nextCursor" not in scripts
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_anything_but_a_directory_resource_is_invalid_params(tmp_path: Any, era: str) -> None:
+    plain_skill(str(tmp_path), "alpha", {"scripts/run.py": "print(1)\n"})
+    uris = [
+        "skill://alpha/scripts/run.py",
+        "skill://alpha/SKILL.md",
+        "skill://alpha/",
+        "skill://alpha/nothing",
+        "skill://alpha/scripts/",
+        "skill://alpha/../alpha",
+        "skill://ghost",
+        "skill://alpha/%FF",
+        "file:///etc",
+        "",
+    ]
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        for uri in uris:
+            error = (await refused(client, "resources/directory/read", uri=uri)).error
+            assert error.code == types.INVALID_PARAMS
+            assert f"{uri} is not a directory resource" in error.message
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_skills_get_refuses_anything_but_an_extension_skill_md_uri(tmp_path: Any, era: str) -> None:
+    plain_skill(str(tmp_path), "alpha")
+    write_skill(str(tmp_path), "mismatch", "name: other\ndescription: Excluded.\n")
+    uris = [
+        "skill://alpha",
+        "skill://alpha/notes.txt",
+        "skill://alpha/SKILL.md/",
+        "skill://ghost/SKILL.md",
+        "skill://mismatch/SKILL.md",
+    ]
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        for uri in uris:
+            error = (await refused(client, "skills/get", uri=uri)).error
+            assert error.code == types.INVALID_PARAMS
+            assert f"no skill is served at {uri}" in error.message
+        assert (await refused(client, "skills/get")).error.code == types.INVALID_PARAMS
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_unexpected_failure_is_internal_error(tmp_path: Any, era: str, monkeypatch: Any) -> None:
+    plain_skill(str(tmp_path), "alpha")
+
+    def broken(skill: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(skills_ext, "skill_entry", broken)
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        error = (await refused(client, "skills/list")).error
+    assert error.code == types.INTERNAL_ERROR
+    assert "boom" not in error.message
+
+
+# --- which skills the extension carries --------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_excluded_skills_are_served_by_the_tools_only(root: Any, era: str) -> None:
+    plain_skill(str(root), "alpha")
+    mismatch = str(write_skill(root, "mismatch", "name: other\ndescription: Named otherwise.\n"))
+    silent = str(write_skill(root, "silent", "name: silent\n"))
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        listed = await call(client, "skills/list")
+        tool_list = payload(await client.call_tool("skill_list", {}))
+        loaded = payload(await client.call_tool("skill_load", {"name": "silent"}))
+        directory = await call(client, "resources/directory/read", uri="skill://mismatch")
+    assert [entry["uri"] for entry in listed["skills"]] == ["skill://alpha/SKILL.md"]
+    assert [skill["name"] for skill in tool_list["skills"]] == ["alpha", "mismatch", "silent"]
+    assert loaded["name"] == "silent"
+    assert [child["name"] for child in directory["resources"]] == ["SKILL.md"]
+    problems = tool_list["problems"]
+    excluded = {problem["path"]: problem["detail"] for problem in problems if problem["reason"] == "extension-excluded"}
+    assert set(excluded) == {mismatch, silent}
+    assert "left out of skills/list" in excluded[mismatch] and '"other"' in excluded[mismatch]
+    assert "description" in excluded[silent]
+
+
+# --- bounded memory ----------------------------------------------------------------------------
+
+
+async def allocation_growth(action: Any) -> int:
+    """Peak traced allocation while `action` runs, above what was allocated before it."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        await action()
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_skills_get_streams_digests_in_bounded_memory(tmp_path: Any, era: str) -> None:
+    directory = plain_skill(str(tmp_path), "alpha")
+    big = os.path.join(directory, "big.bin")
+    with open(big, "wb") as handle:
+        handle.write(os.urandom(15 * MIB))
+    used = sum(os.path.getsize(os.path.join(directory, rel)) for rel in ("SKILL.md", "notes.txt", "big.bin"))
+    with open(os.path.join(directory, "rest.bin"), "wb") as handle:
+        handle.write(os.urandom(16 * MIB - used - 1))
+    answers: list[dict[str, Any]] = []
+
+    async def get() -> None:
+        answers.append(await call(client, "skills/get", uri="skill://alpha/SKILL.md"))
+
+    async def read_whole_file() -> None:
+        sha256_of(big)
+
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        growth = await allocation_growth(get)
+    assert sum(resource["size"] for resource in answers[0]["skill"]["resources"]) == 16 * MIB - 1
+    assert growth < 8 * MIB, growth
+    # The same measurement catches a whole-file read, so the bound above means something.
+    assert await allocation_growth(read_whole_file) > 8 * MIB
