@@ -17,8 +17,8 @@ from typing import Any
 from .cli import EXIT_OK, EXIT_PROBLEMS
 from .deployment import Deployment, build_deployment
 from .frontmatter import json_key
+from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_MAX_NAME_CHARS, AGENT_SKILLS_NAME_PATTERN
 from .model import Problem, Skill
-from .skills_ext import _AGENT_SKILLS_NAME, _MAX_DESCRIPTION_CHARS, _MAX_NAME_CHARS
 from .tools import skill_list
 
 _MAX_COMPATIBILITY_CHARS = 500
@@ -47,9 +47,9 @@ def _name_finding(frontmatter: Mapping[Any, Any]) -> str | None:
     name = frontmatter["name"]
     if not isinstance(name, str):
         return f'frontmatter "name" is {_kind(name)}, not a string'
-    if len(name) > _MAX_NAME_CHARS or not _AGENT_SKILLS_NAME.fullmatch(name):
+    if len(name) > AGENT_SKILLS_MAX_NAME_CHARS or not AGENT_SKILLS_NAME_PATTERN.fullmatch(name):
         return (
-            f'frontmatter name "{name}" is not 1-{_MAX_NAME_CHARS} lowercase letters, digits and single hyphens '
+            f'frontmatter name "{name}" is not 1-{AGENT_SKILLS_MAX_NAME_CHARS} lowercase letters, digits and single hyphens '
             '(no leading, trailing or doubled "-")'
         )
     return None
@@ -58,7 +58,7 @@ def _name_finding(frontmatter: Mapping[Any, Any]) -> str | None:
 def _description_finding(frontmatter: Mapping[Any, Any]) -> str | None:
     if "description" not in frontmatter:
         return 'frontmatter "description" is missing; the Agent Skills format requires it'
-    return _bounded_string_finding("description", frontmatter["description"], _MAX_DESCRIPTION_CHARS)
+    return _bounded_string_finding("description", frontmatter["description"], AGENT_SKILLS_MAX_DESCRIPTION_CHARS)
 
 
 def _compatibility_finding(frontmatter: Mapping[Any, Any]) -> str | None:

@@ -26,6 +26,11 @@ SKILL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EGRESS_PATTERN = re.compile(r"[A-Za-z0-9.*-]+")
 
+# The Agent Skills format's own rules (the Skills extension and `skill-mcp check` apply them).
+AGENT_SKILLS_NAME_PATTERN = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+AGENT_SKILLS_MAX_NAME_CHARS = 64
+AGENT_SKILLS_MAX_DESCRIPTION_CHARS = 1024
+
 INTERPRETERS = ("node", "python3")
 
 AMBIENT_SCRIPT_ALLOWLIST = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-
 # The stable reasons, in the order of SPEC §3.7; `spec` is the CLI's own (`skill-mcp check`).
 PROBLEM_REASONS = (
     "root-unreadable", "no-skill-md", "unreadable-skill-md", "malformed-frontmatter", "declaration",

@@ -25,7 +25,15 @@ from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_TIMEOUT_MS
 from .logs import get_logger
 from .model import RunEntry, Skill
 from .paths import PathRefused, resolve_in_skill
-from .runner import RunOutcome, SpawnFailed, build_argv, kill_process_group, network_note, run_process, script_environment
+from .runner import (
+    RunOutcome,
+    SpawnFailed,
+    build_argv,
+    kill_process_group,
+    network_note,
+    run_process,
+    script_environment,
+)
 from .server import failure_result, text_result
 from .tools import ToolFailure, find_skill, minified, unavailable_reason
 

@@ -1,12 +1,7 @@
-"""The MCP Skills extension (SEP-2640, SPEC §12): which skills it carries, and its methods.
-
-The deployment imports this module at boot, and `surfaces` imports the deployment, so the
-method builders import `surfaces` when called rather than at load time.
-"""
+"""The MCP Skills extension (SEP-2640, SPEC §12): which skills it carries, and its methods."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,8 +10,14 @@ import mcp_types as types
 
 from .files import media_type, sha256_file
 from .frontmatter import frontmatter_to_json
+from .limits import (
+    AGENT_SKILLS_MAX_DESCRIPTION_CHARS,
+    AGENT_SKILLS_MAX_NAME_CHARS,
+    AGENT_SKILLS_NAME_PATTERN,
+)
 from .model import Problem, Skill
 from .paths import PathRefused, resolve_in_skill
+from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
     from .deployment import Deployment
 
 EXTENSION_ID = "io.modelcontextprotocol/skills"
-_AGENT_SKILLS_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
-_MAX_NAME_CHARS = 64
-_MAX_DESCRIPTION_CHARS = 1024
 
 SKILLS_PAGE = 16
 DIRECTORY_PAGE = 500
@@ -46,13 +44,13 @@ def exclusion_reason(skill: Skill) -> str | None:
         return "its frontmatter has no string name"
     if name != skill.name:
         return f'its frontmatter name "{name}" differs from its directory name "{skill.name}"'
-    if len(name) > _MAX_NAME_CHARS or not _AGENT_SKILLS_NAME.fullmatch(name):
+    if len(name) > AGENT_SKILLS_MAX_NAME_CHARS or not AGENT_SKILLS_NAME_PATTERN.fullmatch(name):
         return f'its name "{name}" is not in Agent Skills form (1-64 lowercase letters, digits and single hyphens)'
     description = skill.frontmatter.get("description")
     if not isinstance(description, str):
         return "its frontmatter has no string description"
-    if not 1 <= len(description) <= _MAX_DESCRIPTION_CHARS:
-        return f"its description is {len(description)} characters, outside 1-{_MAX_DESCRIPTION_CHARS}"
+    if not 1 <= len(description) <= AGENT_SKILLS_MAX_DESCRIPTION_CHARS:
+        return f"its description is {len(description)} characters, outside 1-{AGENT_SKILLS_MAX_DESCRIPTION_CHARS}"
     return None
 
 
@@ -90,7 +88,6 @@ def _resource_paths(skill: Skill) -> list[str]:
 
 
 def _digests(skill: Skill) -> list[dict[str, Any]] | str:
-    from .surfaces import resource_uri
 
     paths = _resource_paths(skill)
     if (
@@ -114,7 +111,6 @@ def _digests(skill: Skill) -> list[dict[str, Any]] | str:
 
 def skill_entry(skill: Skill) -> dict[str, Any]:
     """`{uri, frontmatter, resources}`, digests computed now, streamed, through the resolve check."""
-    from .surfaces import resource_uri
 
     return {
         "uri": resource_uri(skill.name, "SKILL.md"),
@@ -130,7 +126,6 @@ def _paged(
     key: str, items: Sequence[_Item], cursor: str | None, size: int, render: Callable[[_Item], dict[str, Any]]
 ) -> dict[str, Any]:
     """One page of `items`, rendered only once on the page; `nextCursor` when more follow."""
-    from .surfaces import page_start
 
     start = page_start(cursor, len(items), size)
     end = min(start + size, len(items))
@@ -145,7 +140,6 @@ def skills_page(deployment: Deployment, cursor: str | None) -> dict[str, Any]:
 
 
 def get_skill(deployment: Deployment, uri: str) -> dict[str, Any]:
-    from .surfaces import BadRequest, resource_uri
 
     for skill in extension_skills(deployment):
         if uri == resource_uri(skill.name, "SKILL.md"):
@@ -155,7 +149,6 @@ def get_skill(deployment: Deployment, uri: str) -> dict[str, Any]:
 
 def _directory(deployment: Deployment, uri: str) -> tuple[Skill, str]:
     """The skill and directory path ("" for the skill itself) that `uri` names; BadRequest otherwise."""
-    from .surfaces import BadRequest, split_skill_uri
 
     refusal = BadRequest(
         f"{uri[:_SHOWN_URI_CHARS]} is not a directory resource; "
@@ -176,7 +169,6 @@ def _directory(deployment: Deployment, uri: str) -> tuple[Skill, str]:
 
 
 def _children(skill: Skill, rel: str) -> list[dict[str, Any]]:
-    from .surfaces import resource_uri
 
     prefix = f"{rel}/" if rel else ""
     children: dict[str, dict[str, Any]] = {}

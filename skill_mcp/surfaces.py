@@ -3,15 +3,17 @@ and the `instructions` catalog (SPEC §5.1). Pure: deployment in, JSON-able valu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote_to_bytes
 
-from .deployment import Deployment
 from .files import encode_content, media_type, read_capped
 from .limits import MAX_FILE_BYTES
 from .model import Skill
 from .paths import PathRefused, resolve_in_skill
 from .tools import ToolFailure, find_skill
+
+if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
+    from .deployment import Deployment
 
 RESOURCES_PAGE = 500
 _INSTRUCTION_SKILLS = 64

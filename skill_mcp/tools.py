@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .deployment import Deployment
 from .files import encode_content, media_type, read_capped
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
 from .model import RunEntry, Skill
 from .paths import PathRefused, resolve_in_skill
+
+if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
+    from .deployment import Deployment
 
 _MAX_NAMES_IN_HINT = 64
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from support import write_skill
-
 
 # One helper builds skill trees for every test module.
 make_skill = write_skill

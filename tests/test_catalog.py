@@ -9,8 +9,8 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
 from conftest import make_skill
+
 from skill_mcp.catalog import discover
 from skill_mcp.limits import MAX_SKILL_MD_BYTES
 from skill_mcp.model import ManifestEntry, Problem

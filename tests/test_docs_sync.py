@@ -6,11 +6,11 @@ import os
 import re
 
 import anyio
+from support import REPO, connect, deployment_for, payload, write_skill
 
 from skill_mcp.model import PROBLEM_REASONS
 from skill_mcp.run_tool import RunService
 from skill_mcp.schemas import TOOLS
-from support import REPO, connect, deployment_for, payload, write_skill
 
 README = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
 

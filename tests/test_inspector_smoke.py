@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support import write_skill
 
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"

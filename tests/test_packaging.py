@@ -10,8 +10,9 @@ import tomllib
 import zipfile
 from importlib import metadata
 
-from skill_mcp.version import package_version
 from support import REPO
+
+from skill_mcp.version import package_version
 
 BIN = os.path.dirname(sys.executable)
 

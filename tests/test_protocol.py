@@ -17,8 +17,8 @@ import pytest
 import structlog.testing
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-
 from support import ERAS, connect, deployment_for, error_text, payload, write_skill
+
 from skill_mcp import surfaces, tools
 from skill_mcp.model import Declaration, ManifestEntry, Skill
 

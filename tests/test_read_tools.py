@@ -11,8 +11,8 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
 from support import ERAS, connect, deployment_for, error_text, payload, write_skill
+
 from skill_mcp import tools
 from skill_mcp.tools import minified
 

@@ -22,8 +22,8 @@ import anyio
 import mcp_types as types
 import pytest
 from structlog.testing import capture_logs
-
 from support import ERAS, REPO, connect, deployment_for, error_text, payload, write_skill
+
 from skill_mcp.run_tool import RunService
 
 pytestmark = pytest.mark.anyio
@@ -1019,7 +1019,7 @@ async def test_run_events_carry_the_section_13_fields(fence: Fence, era: str) ->
     confirm = {"event": "run.confirm", "log_level": "info", "skill": "fence", "script": "scripts/mark.py",
                "confirmPath": "token"}
     got = events(logs)
-    start, end = got[5], got[6]
+    start = got[5]
     assert got == [
         {"event": "run.refused", "log_level": "warning", "skill": "fence", "script": "scripts/undeclared.py",
          "reason": "not-declared"},

@@ -6,8 +6,8 @@ import asyncio
 import json
 import os
 import re
-import signal
 import shutil
+import signal
 import time
 from pathlib import Path
 

@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from support import write_skill
 
 SLOW_SKILL = """\

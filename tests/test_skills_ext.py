@@ -11,10 +11,10 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
+from support import ERAS, connect, deployment_for, payload, write_skill
 
 from skill_mcp import skills_ext
 from skill_mcp.skills_ext import EXTENSION_ID
-from support import ERAS, connect, deployment_for, payload, write_skill
 
 pytestmark = pytest.mark.anyio
 

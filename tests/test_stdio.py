@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from support import write_skill
 
 VENV_BIN = os.path.dirname(sys.executable)
