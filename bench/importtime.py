@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -108,6 +109,13 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=25)
     options = parser.parse_args()
     work = tempfile.mkdtemp(prefix="skill-mcp-importtime-")
+    try:
+        return report(options, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(options: argparse.Namespace, work: str) -> int:
     src = os.path.abspath(options.src)
     commands = {
         "ours": ([options.python, "-X", "importtime", "-m", "skill_mcp"], src),
