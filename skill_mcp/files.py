@@ -48,29 +48,38 @@ class CappedRead:
     truncated: bool
 
 
-def _chunks(path: str, limit: int):
-    """Yield the file's bytes in chunks, stopping once `limit` bytes came; the first item is its stat."""
+def _open_regular(path: str) -> int:
     # O_NONBLOCK keeps a FIFO swapped in after the resolve check from blocking the open.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise NotRegularFile("the opened file")
-        yield status
-        seen = 0
-        while seen < limit:
-            chunk = os.read(fd, min(_CHUNK_BYTES, limit - seen))
-            if not chunk:
-                return
-            seen += len(chunk)
-            yield chunk
-    finally:
-        os.close(fd)
+    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+def _chunks(fd: int, limit: int):
+    """Yield the file's stat, then its bytes in chunks, stopping once `limit` bytes came."""
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        raise NotRegularFile("the opened file")
+    yield status
+    seen = 0
+    while seen < limit:
+        chunk = os.read(fd, min(_CHUNK_BYTES, limit - seen))
+        if not chunk:
+            return
+        seen += len(chunk)
+        yield chunk
 
 
 def read_capped(path: str, max_bytes: int) -> CappedRead:
     """Read at most `max_bytes` of a regular file; raises NotRegularFile (a PathRefused) or OSError."""
-    chunks = _chunks(path, max_bytes + 1)  # one byte past the cap is enough to know it was truncated
+    fd = _open_regular(path)
+    try:
+        return read_capped_fd(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_capped_fd(fd: int, max_bytes: int) -> CappedRead:
+    """`read_capped` on a descriptor the caller opened (and closes)."""
+    chunks = _chunks(fd, max_bytes + 1)  # one byte past the cap is enough to know it was truncated
     status = next(chunks)
     buffer = bytearray()
     for chunk in chunks:
@@ -85,10 +94,10 @@ class FileTooLarge(OSError):
     """A streamed digest passed its byte budget."""
 
 
-def sha256_file(path: str, max_bytes: int | None = None) -> tuple[str, int]:
+def sha256_fd(fd: int, max_bytes: int | None = None) -> tuple[str, int]:
     """Streamed (hex digest, bytes hashed); FileTooLarge past `max_bytes`, so memory stays one chunk."""
     limit = sys.maxsize if max_bytes is None else max_bytes + 1
-    chunks = _chunks(path, limit)
+    chunks = _chunks(fd, limit)
     next(chunks)
     digest = hashlib.sha256()
     size = 0

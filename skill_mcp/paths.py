@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from skill_mcp.limits import MAX_PATH_CHARS
 
@@ -67,29 +69,83 @@ class NotRegularFile(PathRefused, OSError):
         super().__init__(f"{subject} is not a regular file", "Only regular files can be read or executed.")
 
 
+# Linux can check a file before opening it for reading: an O_PATH handle follows the links without
+# touching the file, /proc tells its real path, and reopening the handle reads exactly what was checked.
+_CHECK_THEN_OPEN = hasattr(os, "O_PATH") and os.path.isdir("/proc/self/fd")
+
+
+class SkillDir:
+    """A skill's directory, resolved once per request; every file is checked as it is opened (§6.2)."""
+
+    def __init__(self, skill_dir: str) -> None:
+        try:
+            self.real_dir = os.path.realpath(skill_dir, strict=True)
+        except OSError:
+            raise PathRefused(
+                "the skill's directory is not readable",
+                "The skills slot may not be mounted; call skill_list to see what is served.",
+            ) from None
+        # Compared with a trailing "/" so a sibling such as "<skill>-evil" is not taken for inside.
+        self._inside_prefix = os.path.join(self.real_dir, "")
+
+    def resolve(self, rel: str) -> str:
+        """The real path of regular file `rel` inside this skill; raises PathRefused."""
+        handle, real = self._locate(rel)
+        if handle is not None:
+            os.close(handle)
+        return real
+
+    def open(self, rel: str) -> tuple[int, str]:
+        """A descriptor open for reading on regular file `rel` inside this skill, and its real path."""
+        handle, real = self._locate(rel)
+        if handle is None:
+            # Without O_PATH the file is opened by its checked real path, refusing a link swapped in since.
+            return os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), real
+        try:
+            return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), real
+        finally:
+            os.close(handle)
+
+    @contextmanager
+    def opened(self, rel: str) -> Iterator[int]:
+        fd, _ = self.open(rel)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _locate(self, rel: str) -> tuple[int | None, str]:
+        reason = path_refusal(rel)
+        if reason is not None:
+            raise PathRefused(describe_refusal(rel, reason), PATH_HINT)
+        path = f"{self.real_dir}/{rel}"  # rel passed the string check: no leading "/", no ".."
+        handle = None
+        try:
+            if _CHECK_THEN_OPEN:
+                handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                real, status = os.readlink(f"/proc/self/fd/{handle}"), os.fstat(handle)
+            else:
+                real = os.path.realpath(path, strict=True)
+                status = os.stat(real)
+        except OSError:
+            if handle is not None:
+                os.close(handle)
+            raise PathRefused(f'"{rel}" is not a file in this skill', "Call skill_load for the exact files.") from None
+        try:
+            if real != self.real_dir and not real.startswith(self._inside_prefix):
+                raise PathRefused(
+                    f'"{rel}" resolves outside the skill\'s own directory',
+                    "A file or symlink may only be read from inside its own skill.",
+                )
+            if not stat.S_ISREG(status.st_mode):
+                raise NotRegularFile(f'"{rel}"')
+        except PathRefused:
+            if handle is not None:
+                os.close(handle)
+            raise
+        return handle, real
+
+
 def resolve_in_skill(skill_dir: str, rel: str) -> str:
     """The real path of regular file `rel` inside `skill_dir` (SPEC §6.2); raises PathRefused."""
-    reason = path_refusal(rel)
-    if reason is not None:
-        raise PathRefused(describe_refusal(rel, reason), PATH_HINT)
-    try:
-        real_dir = os.path.realpath(skill_dir, strict=True)
-    except OSError:
-        raise PathRefused(
-            "the skill's directory is not readable",
-            "The skills slot may not be mounted; call skill_list to see what is served.",
-        ) from None
-    try:
-        real = os.path.realpath(os.path.join(real_dir, rel), strict=True)
-        status = os.stat(real)
-    except OSError:
-        raise PathRefused(f'"{rel}" is not a file in this skill', "Call skill_load for the exact files.") from None
-    # Compared with a trailing "/" so a sibling such as "<skill>-evil" is not taken for inside.
-    if real != real_dir and not real.startswith(os.path.join(real_dir, "")):
-        raise PathRefused(
-            f'"{rel}" resolves outside the skill\'s own directory',
-            "A file or symlink may only be read from inside its own skill.",
-        )
-    if not stat.S_ISREG(status.st_mode):
-        raise NotRegularFile(f'"{rel}"')
-    return real
+    return SkillDir(skill_dir).resolve(rel)

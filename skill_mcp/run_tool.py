@@ -19,12 +19,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import confirm
 from .deployment import Deployment
-from .files import sha256_file
+from .files import sha256_fd
 from .hardening import ChildLimits
 from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_TIMEOUT_MS
 from .logs import get_logger
 from .model import RunEntry, Skill
-from .paths import PathRefused, resolve_in_skill
+from .paths import PathRefused, SkillDir
 from .runner import (
     RunOutcome,
     SpawnFailed,
@@ -35,7 +35,7 @@ from .runner import (
     script_environment,
 )
 from .server import failure_result, text_result
-from .tools import ToolFailure, find_skill, minified, unavailable_reason
+from .tools import ToolFailure, find_skill, minified, unavailable_reason, unreadable
 
 
 class Refused(ToolFailure):
@@ -127,11 +127,16 @@ class RunService:
                 "The skill's instructions remain available via skill_load.",
             )
         try:
-            real_script = resolve_in_skill(skill.real_dir, script)
+            directory = SkillDir(skill.real_dir)
+            real_script = directory.resolve(script)
+            with directory.opened(script) as fd:
+                script_sha256, _ = sha256_fd(fd)
         except PathRefused as refused:
             raise Refused("path-refused", refused.message, refused.hint) from None
+        except OSError as error:
+            raise Refused("path-refused", unreadable(script, error), "Only regular files can be read or executed.") from None
         _check_arguments(args)
-        return Draft(skill, entry, real_script, args, self._will_run(skill, entry, real_script, args))
+        return Draft(skill, entry, real_script, args, self._will_run(skill, entry, script_sha256, args))
 
     def _effective_entry(self, skill: Skill, script: str) -> RunEntry:
         effective = self.deployment.effective.get(skill.name, ())
@@ -158,7 +163,7 @@ class RunService:
             )
         raise Refused("not-declared", f'"{script}" is not declared as a runnable script by the skill "{skill.name}"', hint)
 
-    def _will_run(self, skill: Skill, entry: RunEntry, real_script: str, args: tuple[str, ...]) -> dict[str, Any]:
+    def _will_run(self, skill: Skill, entry: RunEntry, script_sha256: str, args: tuple[str, ...]) -> dict[str, Any]:
         deployment = self.deployment
         env = script_environment(deployment.environ, entry.env)
         will_run: dict[str, Any] = {
@@ -167,7 +172,7 @@ class RunService:
             "argv": [entry.script, *args],
             "cwd": skill.real_dir,
             "timeoutMs": min(entry.timeout_ms, MAX_TIMEOUT_MS),
-            "scriptSha256": sha256_file(real_script)[0],
+            "scriptSha256": script_sha256,
             "envNames": sorted(env),
         }
         not_set = [name for name in entry.env if name not in deployment.environ]

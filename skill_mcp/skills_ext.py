@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import mcp_types as types
 
-from .files import media_type, sha256_file
+from .files import media_type, sha256_fd
 from .frontmatter import frontmatter_to_json
 from .limits import (
     AGENT_SKILLS_MAX_DESCRIPTION_CHARS,
@@ -16,7 +16,7 @@ from .limits import (
     AGENT_SKILLS_NAME_PATTERN,
 )
 from .model import Problem, Skill
-from .paths import PathRefused, resolve_in_skill
+from .paths import PathRefused, SkillDir
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
 
 if TYPE_CHECKING:
@@ -98,14 +98,16 @@ def _digests(skill: Skill) -> list[dict[str, Any]] | str:
         return DYNAMIC
     resources: list[dict[str, Any]] = []
     hashed = 0
-    for rel in paths:
-        try:
+    try:
+        directory = SkillDir(skill.real_dir)
+        for rel in paths:
             # The remaining budget caps each file, so hashing stops as soon as the total passes it.
-            digest, size = sha256_file(resolve_in_skill(skill.real_dir, rel), MAX_DIGEST_BYTES - hashed)
-        except (PathRefused, OSError):
-            return DYNAMIC
-        hashed += size
-        resources.append({"uri": resource_uri(skill.name, rel), "digest": f"sha256:{digest}", "size": size})
+            with directory.opened(rel) as fd:
+                digest, size = sha256_fd(fd, MAX_DIGEST_BYTES - hashed)
+            hashed += size
+            resources.append({"uri": resource_uri(skill.name, rel), "digest": f"sha256:{digest}", "size": size})
+    except (PathRefused, OSError):
+        return DYNAMIC
     return resources
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote_to_bytes
 
-from .files import encode_content, media_type, read_capped
+from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_FILE_BYTES
 from .model import Skill
-from .paths import PathRefused, resolve_in_skill
-from .tools import ToolFailure, find_skill
+from .paths import PathRefused, SkillDir
+from .tools import ToolFailure, find_skill, unreadable
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -146,11 +146,12 @@ def read_resource(deployment: Deployment, uri: str) -> dict[str, Any]:
     name, rel = split_skill_uri(uri)
     try:
         skill = find_skill(deployment, name)
-        read = read_capped(resolve_in_skill(skill.real_dir, rel), MAX_FILE_BYTES)
+        with SkillDir(skill.real_dir).opened(rel) as fd:
+            read = read_capped_fd(fd, MAX_FILE_BYTES)
     except (ToolFailure, PathRefused) as refused:
         raise BadRequest(refused.message) from None
     except OSError as error:
-        raise BadRequest(f'"{rel}" could not be read: {error.strerror or error}') from None
+        raise BadRequest(unreadable(rel, error)) from None
     encoding, content = encode_content(read.data)
     contents: dict[str, Any] = {"uri": uri, "mimeType": media_type(rel)}
     contents["text" if encoding == "utf-8" else "blob"] = content

@@ -11,10 +11,10 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .files import encode_content, media_type, read_capped
+from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
 from .model import RunEntry, Skill
-from .paths import PathRefused, resolve_in_skill
+from .paths import PathRefused, SkillDir
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -150,39 +150,50 @@ def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
 # --- skill_file -------------------------------------------------------------------------------
 
 
+def unreadable(rel: str, error: OSError) -> str:
+    return f'"{rel}" could not be read: {error.strerror or error}'
+
+
 def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str, Any]:
     skill = find_skill(deployment, name)
-    # Pass 1 decides the call's budget from sizes alone, so nothing is read when it is over.
-    resolved: list[tuple[str, str] | dict[str, str]] = []
-    total = 0
-    for rel in paths:
-        try:
-            real = resolve_in_skill(skill.real_dir, rel)
-            total += min(os.stat(real).st_size, MAX_FILE_BYTES)
-            resolved.append((rel, real))
-        except PathRefused as refused:
-            resolved.append({"path": rel, "error": refused.message})
-        except OSError as error:
-            resolved.append({"path": rel, "error": f'"{rel}" could not be read: {error.strerror or error}'})
-    if total > MAX_CALL_BYTES:
-        raise ToolFailure(
-            f"the {len(paths)} paths total {total} bytes to read, over this call's {MAX_CALL_BYTES}-byte limit; "
-            "nothing was read",
-            "Ask for fewer files per call, or read the largest file alone; skill_load lists every file's size.",
-        )
-    return {"skill": skill.name, "files": [_read_entry(item) for item in resolved]}
-
-
-def _read_entry(item: tuple[str, str] | dict[str, str]) -> dict[str, Any]:
-    if isinstance(item, dict):
-        return item
-    rel, real = item
+    # Pass 1 opens every path and decides the call's budget from sizes alone, so nothing is read when it is over.
+    slots: list[tuple[str, int] | dict[str, str]] = []
     try:
-        read = read_capped(real, MAX_FILE_BYTES)
+        total = 0
+        for rel in paths:
+            try:
+                fd, _ = SkillDir(skill.real_dir).open(rel)
+            except PathRefused as refused:
+                slots.append({"path": rel, "error": refused.message})
+                continue
+            except OSError as error:
+                slots.append({"path": rel, "error": unreadable(rel, error)})
+                continue
+            slots.append((rel, fd))
+            total += min(os.fstat(fd).st_size, MAX_FILE_BYTES)
+        if total > MAX_CALL_BYTES:
+            raise ToolFailure(
+                f"the {len(paths)} paths total {total} bytes to read, over this call's {MAX_CALL_BYTES}-byte "
+                "limit; nothing was read",
+                "Ask for fewer files per call, or read the largest file alone; skill_load lists every file's size.",
+            )
+        return {"skill": skill.name, "files": [_read_entry(slot) for slot in slots]}
+    finally:
+        for slot in slots:
+            if isinstance(slot, tuple):
+                os.close(slot[1])
+
+
+def _read_entry(slot: tuple[str, int] | dict[str, str]) -> dict[str, Any]:
+    if isinstance(slot, dict):
+        return slot
+    rel, fd = slot
+    try:
+        read = read_capped_fd(fd, MAX_FILE_BYTES)
     except PathRefused as refused:
         return {"path": rel, "error": refused.message}
     except OSError as error:
-        return {"path": rel, "error": f'"{rel}" could not be read: {error.strerror or error}'}
+        return {"path": rel, "error": unreadable(rel, error)}
     encoding, content = encode_content(read.data)
     entry: dict[str, Any] = {
         "path": rel,

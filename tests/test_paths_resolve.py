@@ -4,7 +4,18 @@ import os
 
 import pytest
 
-from skill_mcp.paths import PATH_HINT, PathRefused, describe_refusal, path_refusal, resolve_in_skill
+from skill_mcp import paths
+from skill_mcp.paths import PATH_HINT, PathRefused, SkillDir, describe_refusal, path_refusal, resolve_in_skill
+
+
+@pytest.fixture(autouse=True, params=["check-then-open", "realpath"])
+def resolution(request, monkeypatch):
+    """Every test runs on both ways of checking: the O_PATH handle (Linux) and the realpath fallback."""
+    if request.param == "check-then-open" and not paths._CHECK_THEN_OPEN:
+        pytest.skip("no O_PATH and /proc here")
+    if request.param == "realpath":
+        monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
+    return request.param
 
 
 @pytest.fixture
@@ -109,3 +120,28 @@ def test_dotdot_is_refused_with_the_relative_path_hint(layout):
     assert 'it has a ".." segment' in refused.message
     assert "relative to the skill" in refused.hint.lower()
     assert str(refused) == refused.message
+
+
+def test_opened_reads_the_file_that_was_checked_even_if_renamed_after(layout):
+    skill = layout / "skill"
+    directory = SkillDir(str(skill))
+    fd, real = directory.open("notes.md")
+    try:
+        os.rename(skill / "notes.md", skill / "moved.md")
+        (skill / "notes.md").write_text("planted")
+        assert os.read(fd, 100) == b"notes"
+        assert real == os.path.realpath(skill / "moved.md").replace("moved.md", "notes.md")
+    finally:
+        os.close(fd)
+
+
+def test_opened_refuses_like_resolve_and_leaks_no_descriptor(layout):
+    skill = layout / "skill"
+    os.symlink("../outside.txt", skill / "out.txt")
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for rel in ("out.txt", "scripts", "missing.txt", "../outside.txt"):
+        with pytest.raises(PathRefused):
+            with SkillDir(str(skill)).opened(rel):
+                pass
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) == before

@@ -425,14 +425,14 @@ async def test_four_reads_of_a_256_mib_file_fit_the_call_budget(root, files_skil
     ids=["big-first", "big-last", "interleaved"],
 )
 async def test_five_reads_of_a_256_mib_file_fail_before_anything_is_read(root, files_skill, era, paths, monkeypatch):
-    reads: list[str] = []
-    real_read = tools.read_capped
+    reads: list[int] = []
+    real_read = tools.read_capped_fd
 
-    def counting_read(path, max_bytes):
-        reads.append(path)
-        return real_read(path, max_bytes)
+    def counting_read(fd, max_bytes):
+        reads.append(fd)
+        return real_read(fd, max_bytes)
 
-    monkeypatch.setattr(tools, "read_capped", counting_read)
+    monkeypatch.setattr(tools, "read_capped_fd", counting_read)
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         text = error_text(await call(client, "skill_file", {"name": "files", "paths": paths}))
         assert reads == []
