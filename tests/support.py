@@ -65,3 +65,43 @@ def payload(result: Any) -> Any:
 def error_text(result: Any) -> str:
     assert result.is_error, result.content[0].text
     return result.content[0].text
+
+
+UNPRIVILEGED_UID = 10001
+
+
+def as_unprivileged(action: Any) -> Any:
+    """Run `action()` without root's powers: in a forked child as uid 10001 when the suite runs as root
+    (root reads and lists anything, so a permission test would prove nothing), else directly."""
+    import pickle
+
+    if os.geteuid() != 0:
+        return action()
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.setgroups([])
+            os.setgid(UNPRIVILEGED_UID)
+            os.setuid(UNPRIVILEGED_UID)
+            outcome = ("ok", action())
+        except BaseException as error:  # noqa: BLE001 - carried back to the parent as is
+            outcome = ("error", repr(error))
+        with os.fdopen(writer, "wb") as pipe:
+            pickle.dump(outcome, pipe)
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        status, value = pickle.load(pipe)
+    os.waitpid(pid, 0)
+    assert status == "ok", value
+    return value
+
+
+def world_readable_dir() -> Path:
+    """A fresh directory an unprivileged uid can reach (pytest's tmp_path is root-only)."""
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="skill-mcp-test-"))
+    directory.chmod(0o755)
+    return directory

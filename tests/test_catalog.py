@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import tracemalloc
 from pathlib import Path
 
 import pytest
 from conftest import make_skill
+from support import as_unprivileged, world_readable_dir
 
 from skill_mcp.catalog import discover
 from skill_mcp.limits import MAX_SKILL_MD_BYTES
@@ -358,14 +360,14 @@ def test_non_regular_skill_md_is_unreadable(root):
     assert problem.path == str(root / "piped") and "regular file" in problem.detail
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
-def test_unreadable_skill_md_is_reported(root):
+def test_unreadable_skill_md_is_reported():
+    root = world_readable_dir()
     skill_dir = make_skill(root, "locked")
     (skill_dir / "SKILL.md").chmod(0)
     try:
-        problem = only_problem(discover([str(root)], 32), "unreadable-skill-md")
+        problem = only_problem(as_unprivileged(lambda: discover([str(root)], 32)), "unreadable-skill-md")
     finally:
-        (skill_dir / "SKILL.md").chmod(0o644)
+        shutil.rmtree(root)
     assert problem.path == str(skill_dir)
 
 
@@ -626,11 +628,12 @@ def test_symlink_loop_is_a_broken_symlink(root):
     assert all("broken symlink" in problem.detail for problem in catalog.problems)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root lists any directory")
-def test_unlistable_root_is_unreadable(root):
+def test_unlistable_root_is_unreadable():
+    root = world_readable_dir()
     root.chmod(0)
     try:
-        catalog = discover([str(root)], 32)
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
     finally:
         root.chmod(0o755)
+        shutil.rmtree(root)
     assert reasons(catalog) == [(str(root), "root-unreadable")]
