@@ -36,18 +36,8 @@ def failure_result(failure: ToolFailure) -> types.CallToolResult:
     return text_result(failure.text(), is_error=True)
 
 
-async def _run_unavailable(ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
-    return failure_result(
-        ToolFailure(
-            "running scripts is not available in this build of skill-mcp; nothing was run",
-            "Every skill's instructions and files are served through skill_load and skill_file.",
-        )
-    )
-
-
-def build_server(deployment: Deployment, run_tool: RunTool | None = None) -> Server[Any]:
+def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     log = get_logger()
-    run_tool = run_tool or _run_unavailable
     tool_models = [types.Tool.model_validate(tool) for tool in TOOLS]
 
     async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:

@@ -13,6 +13,7 @@ from typing import Any
 from mcp.client import Client
 
 from skill_mcp.deployment import Deployment, build_deployment
+from skill_mcp.run_tool import RunService
 from skill_mcp.server import build_server
 
 ERAS = ("legacy", "auto")  # "auto" negotiates 2026-07-28 through server/discover
@@ -49,7 +50,7 @@ def deployment_for(environ: Mapping[str, str], **options: Any) -> Deployment:
 
 @asynccontextmanager
 async def connect(deployment: Deployment, era: str, run_tool: Any = None, **client_options: Any) -> AsyncIterator[Client]:
-    server = build_server(deployment, run_tool)
+    server = build_server(deployment, run_tool or RunService(deployment).call)
     async with Client(server, mode=era, **client_options) as client:
         yield client
 
