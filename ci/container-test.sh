@@ -307,6 +307,41 @@ PY
 /usr/bin/python3 "$run/mcp-driver.py" "$run/server-stderr.log" "$docker" run -i --rm --init "$image" ||
     { tail -n 20 "$run/server-stderr.log" >&2; fail "stdio smoke"; }
 
+# ---- cold start, measured (reported, not asserted) ----------------------------------------------
+step "cold start: spawn -> first tools/list answer, in the container and outside it"
+cat >"$run/cold-start.py" <<'PY'
+"""Median spawn -> first tools/list answer over interleaved runs of each command given as a JSON list."""
+import json, statistics, subprocess, sys, time
+
+commands = json.loads(sys.argv[1])
+samples = {label: [] for label in commands}
+for _ in range(5):
+    for label, argv in commands.items():
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cold", "version": "0"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        while json.loads(proc.stdout.readline()).get("id") != 2:
+            pass
+        samples[label].append(time.perf_counter() - start)
+        proc.stdin.close()
+        proc.wait(timeout=30)
+for label, values in samples.items():
+    print(f"cold start {label}: median {statistics.median(values) * 1000:.0f} ms over {len(values)} runs")
+PY
+host_server="$repo/.venv/bin/skill-mcp"
+if [ -x "$host_server" ]; then
+    commands=$(printf '{"container": ["%s", "run", "-i", "--rm", "--init", "%s"], "host": ["%s"]}' \
+        "$docker" "$image" "$host_server")
+else
+    commands=$(printf '{"container": ["%s", "run", "-i", "--rm", "--init", "%s"]}' "$docker" "$image")
+fi
+/usr/bin/python3 "$run/cold-start.py" "$commands" || echo "NOTICE: cold-start measurement failed (not a verdict)"
+
 # ---- leak check -----------------------------------------------------------------------------
 step "leak check: the pip CA and PIP_CERT are not in the image"
 if "$docker" history --no-trunc "$image" | grep -q PIP_CERT; then
