@@ -127,10 +127,11 @@ class RunService:
                 "The skill's instructions remain available via skill_load.",
             )
         try:
-            directory = SkillDir(skill.real_dir)
-            real_script = directory.resolve(script)
-            with directory.opened(script) as fd:
+            fd, real_script = SkillDir(skill.real_dir).open(script)
+            try:
                 script_sha256, _ = sha256_fd(fd)
+            finally:
+                os.close(fd)
         except PathRefused as refused:
             raise Refused("path-refused", refused.message, refused.hint) from None
         except OSError as error:
