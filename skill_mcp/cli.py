@@ -52,6 +52,10 @@ def serve() -> int:
     scrub = hardening.scrub_environ()
     non_dumpable = hardening.make_non_dumpable()
 
+    from .startup import import_sdk
+
+    unavailable_levers = import_sdk()
+
     import anyio
 
     from .deployment import build_deployment
@@ -68,6 +72,8 @@ def serve() -> int:
         log.warning("config.warning", variable=warning.variable, problem=warning.problem)
     if deployment.grant.grant_error:
         log.warning("config.warning", variable="MCP_SKILL_RUN", problem=deployment.grant.grant_error)
+    for lever in unavailable_levers:
+        log.warning("startup.warning", lever=lever, problem="does not apply to the installed SDK; cold start is slower")
     log.info(
         "boot",
         version=package_version(),

@@ -1,0 +1,153 @@
+"""The fast start (issue 7 items 2 and 3): each lever of skill_mcp.startup takes effect on the installed SDK,
+and what goes on the wire is validated exactly as without it. Every check runs in a fresh interpreter: the
+test process has imported the SDK the ordinary way already."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from wire import clean_environ, legacy_handshake, running
+
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "line-client", "version": "0"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+PROBE_SECONDS = 60
+
+# Imports what `serve` imports (fast or the ordinary way), then reports what the levers left behind and
+# which SDK models and adapters are still unbuilt after each was used once.
+PROBE = """
+import gc, json, sys
+from pydantic import BaseModel, TypeAdapter
+from pydantic._internal import _config
+defer_property = vars(TypeAdapter)["_defer_build"]
+from skill_mcp.startup import import_sdk
+unavailable = None
+collections = sum(generation["collections"] for generation in gc.get_stats())
+if sys.argv[1] == "fast":
+    unavailable = import_sdk()
+else:
+    import mcp.server.lowlevel
+collections = sum(generation["collections"] for generation in gc.get_stats()) - collections
+import skill_mcp.run_tool, skill_mcp.server
+sdk = [module for name, module in list(sys.modules.items()) if name.split(".")[0] in ("mcp", "mcp_types")]
+models = {value for module in sdk for value in vars(module).values()
+          if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__}
+adapters = {f"{module.__name__}.{name}": value for module in sdk for name, value in vars(module).items()
+            if isinstance(value, TypeAdapter)}
+report = {
+    "unavailable": unavailable,
+    "loaded": sorted(name for name in ("mcp.client.client", "mcp.server.mcpserver") if name in sys.modules),
+    "models": len(models),
+    "deferredModels": sum(not model.__pydantic_complete__ for model in models),
+    "deferredAdapters": sorted(name for name, adapter in adapters.items() if not adapter.pydantic_complete),
+    "collections": collections,
+    "frozen": gc.get_freeze_count(),
+    "gcRestored": gc.isenabled(),
+    "pydanticRestored": _config.config_defaults["defer_build"] is False and vars(TypeAdapter)["_defer_build"] is defer_property,
+}
+def use_each_once():  # pydantic's lazy build looks 5 frames up the stack, always there in a server
+    for model in models:
+        model.__pydantic_validator__.validate_python
+    for adapter in adapters.values():
+        adapter.validator.validate_python
+use_each_once()
+report["unbuiltAfterUse"] = sorted(
+    [model.__qualname__ for model in models if not model.__pydantic_complete__]
+    + [name for name, adapter in adapters.items() if not adapter.pydantic_complete]
+)
+import mcp, mcp.server
+report["lateInits"] = [mcp.Client.__module__, mcp.server.MCPServer.__module__]
+print(json.dumps(report))
+"""
+
+# A low-level SDK server whose handlers return malformed results; started fast or the ordinary way.
+BROKEN_SERVER = """
+import sys
+if sys.argv[1] == "fast":
+    from skill_mcp.startup import import_sdk
+    assert import_sdk() == []
+import anyio
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+async def list_tools(ctx, params):
+    return {"tools": [{"name": "no-input-schema"}]}  # inputSchema is required in both eras
+
+async def call_tool(ctx, params):
+    return {"content": [{"type": "text"}]}  # a text block without its text
+
+async def main():
+    server = Server("broken", version="0", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+anyio.run(main)
+"""
+
+INVALID_RESULT = {"code": -32603, "message": "Handler returned an invalid result"}  # the SDK's own answer
+
+
+def probe(way: str) -> dict:
+    finished = subprocess.run(
+        [sys.executable, "-c", PROBE, way], capture_output=True, text=True, timeout=PROBE_SECONDS, check=True
+    )
+    return json.loads(finished.stdout)
+
+
+def test_every_lever_takes_effect_and_everything_deferred_still_builds() -> None:
+    fast, ordinary = probe("fast"), probe("ordinary")
+    assert fast["unavailable"] == []
+    assert fast["loaded"] == [] and ordinary["loaded"] == ["mcp.client.client", "mcp.server.mcpserver"]
+    assert fast["models"] > 500 and fast["deferredModels"] > 0.9 * fast["models"] > 10 * ordinary["deferredModels"]
+    assert "mcp_types._types.server_result_adapter" in fast["deferredAdapters"] and ordinary["deferredAdapters"] == []
+    assert fast["collections"] == 0 < 10 < ordinary["collections"]
+    assert fast["frozen"] > 50_000 and ordinary["frozen"] == 0
+    assert fast["pydanticRestored"] is fast["gcRestored"] is True
+    assert fast["unbuiltAfterUse"] == ordinary["unbuiltAfterUse"] == []
+    assert fast["lateInits"] == ordinary["lateInits"] == ["mcp.client.client", "mcp.server.mcpserver.server"]
+
+
+def broken_session(tmp_path: Path, way: str, era: str) -> list[dict]:
+    script = tmp_path / "broken_server.py"
+    script.write_text(BROKEN_SERVER, encoding="utf-8")
+    with running([sys.executable, str(script), way], clean_environ()) as client:
+        if era == "legacy":
+            meta: dict = {}
+            answers = [legacy_handshake(client)["result"]["protocolVersion"]]
+        else:
+            meta = {"_meta": ENVELOPE}
+            answers = [client.request("server/discover", meta)["result"]["supportedVersions"]]
+        answers += [
+            client.request("tools/list", meta),
+            client.request("tools/call", {**meta, "name": "anything", "arguments": {}}),
+            client.request("tools/call", {**meta, "name": 5}),
+        ]
+        client.close_stdin()
+        assert client.wait() == 0, client.stderr_text()
+    return answers
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+def test_a_malformed_result_is_rejected_exactly_as_without_the_fast_start(tmp_path: Path, era: str) -> None:
+    fast = broken_session(tmp_path, "fast", era)
+    assert fast == broken_session(tmp_path, "ordinary", era)
+    versions, listed, called, malformed = fast
+    assert versions == ("2025-11-25" if era == "legacy" else ["2026-07-28"])
+    assert (listed["error"], called["error"]) == (INVALID_RESULT, INVALID_RESULT)
+    assert malformed["error"] == {"code": -32602, "message": "Invalid request parameters", "data": ""}
+
+
+def test_the_real_server_reports_no_unavailable_lever(tmp_path: Path) -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "skill_mcp"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        cwd=tmp_path, env=clean_environ(), timeout=PROBE_SECONDS,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr
+    events = [json.loads(line)["event"] for line in finished.stderr.splitlines()]
+    assert "boot" in events and "startup.warning" not in events
