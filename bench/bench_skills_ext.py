@@ -28,6 +28,7 @@ import trees  # noqa: E402
 from bench_server import MODERN, Bench  # noqa: E402
 
 from skill_mcp.deployment import build_deployment  # noqa: E402
+from skill_mcp.run_tool import RunService  # noqa: E402
 from skill_mcp.server import build_server  # noqa: E402
 
 SKILLS, FILES = 32, 100
@@ -49,7 +50,7 @@ async def _in_process(root: str, era: str, calls: int) -> dict[str, float]:
 
     first_page: list[float] = []
     both_pages: list[float] = []
-    async with Client(build_server(deployment), mode=era) as client:
+    async with Client(build_server(deployment, RunService(deployment).call), mode=era) as client:
         for round_ in range(calls + 3):  # three discarded warm-up rounds
             start = time.perf_counter()
             answer = await skills_list(client, None)
