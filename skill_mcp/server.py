@@ -79,10 +79,18 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
         return types.GetPromptResult.model_validate(bad_request("prompts/get", lambda: surfaces.prompt(deployment, params.name)))
 
-    async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    # The listing comes from the boot-time manifest, so each page is built once; the SDK still validates
+    # every answer against the protocol's result model on its way out.
+    resource_pages: dict[str | None, types.ListResourcesResult] = {}
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
         cursor = params.cursor if params else None
-        page, next_cursor = bad_request("resources/list", lambda: surfaces.resources_page(deployment, cursor))
-        return types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
+        if cursor not in resource_pages:
+            page, next_cursor = bad_request("resources/list", lambda: surfaces.resources_page(deployment, cursor))
+            resource_pages[cursor] = types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
+        return resource_pages[cursor]
 
     async def list_templates(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": [surfaces.RESOURCE_TEMPLATE]})

@@ -157,12 +157,16 @@ def unreadable(rel: str, error: OSError) -> str:
 def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str, Any]:
     skill = find_skill(deployment, name)
     # Pass 1 opens every path and decides the call's budget from sizes alone, so nothing is read when it is over.
+    try:
+        directory = SkillDir(skill.real_dir)
+    except PathRefused as refused:
+        return {"skill": skill.name, "files": [{"path": rel, "error": refused.message} for rel in paths]}
     slots: list[tuple[str, int] | dict[str, str]] = []
     try:
         total = 0
         for rel in paths:
             try:
-                fd, _ = SkillDir(skill.real_dir).open(rel)
+                fd, _ = directory.open(rel)
             except PathRefused as refused:
                 slots.append({"path": rel, "error": refused.message})
                 continue
