@@ -59,48 +59,14 @@ def serve() -> int:
     import anyio
 
     from .deployment import build_deployment
-    from .logs import configure_logging, get_logger
+    from .logs import configure_logging, get_logger, log_boot
     from .run_tool import RunService
     from .server import build_server, serve_stdio
 
-    environ = os.environ
-    deployment, warnings = build_deployment(environ, scrub=scrub, non_dumpable=non_dumpable)
-    config = deployment.config
-    configure_logging(config.log_level, config.log_format)
+    deployment, warnings = build_deployment(os.environ, scrub=scrub, non_dumpable=non_dumpable)
+    configure_logging(deployment.config.log_level, deployment.config.log_format)
     log = get_logger()
-    for warning in warnings:
-        log.warning("config.warning", variable=warning.variable, problem=warning.problem)
-    if deployment.grant.grant_error:
-        log.warning("config.warning", variable="MCP_SKILL_RUN", problem=deployment.grant.grant_error)
-    for lever in unavailable_levers:
-        log.warning("startup.warning", lever=lever, problem="does not apply to the installed SDK; cold start is slower")
-    log.info(
-        "boot",
-        version=package_version(),
-        roots=list(deployment.roots),
-        rootsFrom=deployment.roots_from,
-        grantFrom=deployment.grant.grant_from,
-        hosted=config.hosted,
-        skills=len(deployment.skills),
-        problems=len(deployment.problems),
-        interpreters=dict(deployment.interpreters),
-        environScrub=scrub.status,
-        nonDumpable=non_dumpable,
-        maxSkills=config.max_skills,
-        confirmMode=config.confirm_mode,
-        elicitation="on" if config.elicitation else "off",
-    )
-    for problem in deployment.problems:
-        log.warning("problem", path=problem.path, reason=problem.reason, detail=problem.detail)
-    names = ", ".join(skill.name for skill in deployment.skills[:8]) + (", …" if len(deployment.skills) > 8 else "")
-    log.info(
-        "ready",
-        message=(
-            f"skill-mcp {package_version()} serves {len(deployment.skills)} skill(s)"
-            + (f" ({names})" if names else "")
-            + f" with {len(deployment.problems)} problem(s); waiting for an MCP client on stdin"
-        ),
-    )
+    log_boot(log, deployment, warnings, scrub.status, unavailable_levers)
     runs = RunService(deployment)
     server = build_server(deployment, runs.call)
 

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
+
+from .version import package_version
+
+if TYPE_CHECKING:
+    from .config import ConfigWarning
+    from .deployment import Deployment
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -34,3 +40,42 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
 
 def get_logger() -> Any:
     return structlog.get_logger()
+
+
+def log_boot(
+    log: Any, deployment: Deployment, warnings: list[ConfigWarning], scrub_status: str, unavailable_levers: list[str]
+) -> None:
+    """The start-up events (§13): warnings, `boot`, one `problem` each, and a `ready` line for people."""
+    config = deployment.config
+    for warning in warnings:
+        log.warning("config.warning", variable=warning.variable, problem=warning.problem)
+    if deployment.grant.grant_error:
+        log.warning("config.warning", variable="MCP_SKILL_RUN", problem=deployment.grant.grant_error)
+    for lever in unavailable_levers:
+        log.warning("startup.warning", lever=lever, problem="does not apply to the installed SDK; cold start is slower")
+    log.info(
+        "boot",
+        version=package_version(),
+        roots=list(deployment.roots),
+        rootsFrom=deployment.roots_from,
+        grantFrom=deployment.grant.grant_from,
+        hosted=config.hosted,
+        skills=len(deployment.skills),
+        problems=len(deployment.problems),
+        interpreters=dict(deployment.interpreters),
+        environScrub=scrub_status,
+        nonDumpable=deployment.hardening.non_dumpable,
+        maxSkills=config.max_skills,
+        confirmMode=config.confirm_mode,
+        elicitation="on" if config.elicitation else "off",
+    )
+    for problem in deployment.problems:
+        log.warning("problem", path=problem.path, reason=problem.reason, detail=problem.detail)
+    skills = deployment.skills
+    names = ", ".join(skill.name for skill in skills[:8]) + (", …" if len(skills) > 8 else "")
+    log.info(
+        "ready",
+        message=f"skill-mcp {package_version()} serves {len(skills)} skill(s)"
+        + (f" ({names})" if names else "")
+        + f" with {len(deployment.problems)} problem(s); waiting for an MCP client on stdin",
+    )
