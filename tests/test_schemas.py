@@ -1,0 +1,50 @@
+"""Our argument validator against an independent one: jsonschema must agree on every input (SPEC §5.3)."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skill_mcp.schemas import TOOLS, schema_violation
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=3)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=10) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=12,
+)
+NON_EMPTY = st.text(min_size=1, max_size=4)
+# Per property: a valid value, a value at the edge of its bounds, or any JSON value at all.
+FIELD_VALUES = {
+    "name": NON_EMPTY | NON_EMPTY | st.just("") | JSON_VALUES,
+    "script": NON_EMPTY | NON_EMPTY | st.just("") | JSON_VALUES,
+    "confirmToken": NON_EMPTY | NON_EMPTY | st.just("") | JSON_VALUES,
+    "paths": st.lists(NON_EMPTY, min_size=1, max_size=8) | st.lists(st.text(max_size=3), max_size=9) | JSON_VALUES,
+    "args": st.lists(st.text(max_size=2), max_size=4) | st.lists(st.just("a"), min_size=63, max_size=66) | JSON_VALUES,
+}
+
+
+def arguments_for(tool: dict) -> st.SearchStrategy:
+    schema = tool["inputSchema"]
+    required = {key: FIELD_VALUES[key] for key in schema.get("required", ())}
+    optional = {key: FIELD_VALUES[key] for key in schema["properties"] if key not in required}
+    published = st.fixed_dictionaries(required, optional=optional) | st.fixed_dictionaries({}, optional=required)
+    extra = st.dictionaries(st.text(max_size=4), JSON_VALUES, min_size=1, max_size=1)
+    return published | st.builds(lambda known, unknown: {**unknown, **known}, published, extra) | JSON_VALUES
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda tool: tool["name"])
+def test_every_published_schema_is_valid_json_schema(tool) -> None:
+    jsonschema.Draft202012Validator.check_schema(tool["inputSchema"])
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda tool: tool["name"])
+@settings(max_examples=500, deadline=None)
+@given(data=st.data())
+def test_our_validator_agrees_with_jsonschema(tool, data) -> None:
+    arguments = data.draw(arguments_for(tool))
+    # Missing or null arguments count as {} (SPEC §5.3).
+    independent = jsonschema.Draft202012Validator(tool["inputSchema"]).is_valid({} if arguments is None else arguments)
+    assert (schema_violation(tool["name"], arguments) is None) == independent, schema_violation(tool["name"], arguments)
