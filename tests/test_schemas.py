@@ -48,3 +48,28 @@ def test_our_validator_agrees_with_jsonschema(tool, data) -> None:
     # Missing or null arguments count as {} (SPEC §5.3).
     independent = jsonschema.Draft202012Validator(tool["inputSchema"]).is_valid({} if arguments is None else arguments)
     assert (schema_violation(tool["name"], arguments) is None) == independent, schema_violation(tool["name"], arguments)
+
+
+BOUNDARIES = [
+    ("skill_file", {"name": "a", "paths": []}),
+    ("skill_file", {"name": "a", "paths": ["p"] * 8}),
+    ("skill_file", {"name": "a", "paths": ["p"] * 9}),
+    ("skill_file", {"name": "a", "paths": ["p", ""]}),
+    ("skill_file", {"name": "", "paths": ["p"]}),
+    ("skill_run", {"name": "a", "script": "s", "args": ["x"] * 64}),
+    ("skill_run", {"name": "a", "script": "s", "args": ["x"] * 65}),
+    ("skill_run", {"name": "a", "script": "s", "args": [""]}),
+    ("skill_run", {"name": "a", "script": "s", "confirmToken": ""}),
+    ("skill_run", {"name": "a", "script": "s", "confirm": True}),
+    ("skill_run", {"name": "a"}),
+    ("skill_load", None),
+    ("skill_list", {}),
+    ("skill_list", {"x": 1}),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments"), BOUNDARIES)
+def test_our_validator_agrees_with_jsonschema_at_every_bound(name, arguments) -> None:
+    schema = next(tool["inputSchema"] for tool in TOOLS if tool["name"] == name)
+    independent = jsonschema.Draft202012Validator(schema).is_valid({} if arguments is None else arguments)
+    assert (schema_violation(name, arguments) is None) == independent
