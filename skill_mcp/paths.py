@@ -88,13 +88,6 @@ class SkillDir:
         # Compared with a trailing "/" so a sibling such as "<skill>-evil" is not taken for inside.
         self._inside_prefix = os.path.join(self.real_dir, "")
 
-    def resolve(self, rel: str) -> str:
-        """The real path of regular file `rel` inside this skill; raises PathRefused."""
-        handle, real = self._locate(rel)
-        if handle is not None:
-            os.close(handle)
-        return real
-
     def open(self, rel: str) -> tuple[int, str]:
         """A descriptor open for reading on regular file `rel` inside this skill, and its real path."""
         handle, real = self._locate(rel)
@@ -144,8 +137,3 @@ class SkillDir:
                 os.close(handle)
             raise
         return handle, real
-
-
-def resolve_in_skill(skill_dir: str, rel: str) -> str:
-    """The real path of regular file `rel` inside `skill_dir` (SPEC §6.2); raises PathRefused."""
-    return SkillDir(skill_dir).resolve(rel)

@@ -106,3 +106,12 @@ def world_readable_dir() -> Path:
     directory = Path(tempfile.mkdtemp(prefix="skill-mcp-test-"))
     directory.chmod(0o755)
     return directory
+
+
+def resolve_in_skill(skill_dir: str, rel: str) -> str:
+    """The §6.2 check as a path: open `rel` the way every read does, keep only its checked real path."""
+    from skill_mcp.paths import SkillDir
+
+    fd, real = SkillDir(skill_dir).open(rel)
+    os.close(fd)
+    return real

@@ -7,10 +7,11 @@ import tracemalloc
 from contextlib import contextmanager
 
 import pytest
+from support import resolve_in_skill
 
 from skill_mcp.files import CappedRead, encode_content, is_text, media_type, read_capped
 from skill_mcp.limits import MAX_FILE_BYTES
-from skill_mcp.paths import NotRegularFile, PathRefused, resolve_in_skill
+from skill_mcp.paths import NotRegularFile, PathRefused
 
 MIB = 1024 * 1024
 PNG_BYTES = bytes.fromhex(

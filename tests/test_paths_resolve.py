@@ -3,9 +3,10 @@
 import os
 
 import pytest
+from support import resolve_in_skill
 
 from skill_mcp import paths
-from skill_mcp.paths import PATH_HINT, PathRefused, SkillDir, describe_refusal, path_refusal, resolve_in_skill
+from skill_mcp.paths import PATH_HINT, PathRefused, SkillDir, describe_refusal, path_refusal
 
 
 @pytest.fixture(autouse=True, params=["check-then-open", "realpath"])
