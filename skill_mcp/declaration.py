@@ -38,7 +38,8 @@ def description(frontmatter: dict[Any, Any]) -> str | None:
 
 def when_to_use(frontmatter: dict[Any, Any]) -> str | None:
     """`when-to-use` if it is a string, else `when_to_use` if it is a string (§3.4)."""
-    return _string_or_none(frontmatter.get("when-to-use")) or _string_or_none(frontmatter.get("when_to_use"))
+    hyphenated = _string_or_none(frontmatter.get("when-to-use"))
+    return hyphenated if hyphenated is not None else _string_or_none(frontmatter.get("when_to_use"))
 
 
 def _string_or_none(value: Any) -> str | None:

@@ -62,6 +62,8 @@ def test_string_fields():
     frontmatter = {"name": "a", "description": "d", "when-to-use": "hyphen", "when_to_use": "underscore"}
     assert (skill_name(frontmatter), description(frontmatter), when_to_use(frontmatter)) == ("a", "d", "hyphen")
     assert when_to_use({"when-to-use": 5, "when_to_use": "underscore"}) == "underscore"
+    # An empty hyphenated string is still a string, so it wins (SPEC §3.4).
+    assert when_to_use({"when-to-use": "", "when_to_use": "underscore"}) == ""
     assert when_to_use({"when_to_use": "underscore"}) == "underscore"
     assert (skill_name({"name": 1}), description({"description": None}), when_to_use({})) == (None, None, None)
 
