@@ -110,8 +110,51 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
     )
-    skills_ext.register(server, deployment, bad_request)
+    _register_skills_extension(server, deployment, bad_request)
     return server
+
+
+class SkillsListParams(types.RequestParams):
+    cursor: str | None = None
+
+
+class SkillsGetParams(types.RequestParams):
+    uri: str
+
+
+class DirectoryReadParams(types.RequestParams):
+    uri: str
+    cursor: str | None = None
+
+
+def _register_skills_extension(
+    server: Server[Any], deployment: Deployment, answer: Callable[[str, Callable[[], Any]], Any]
+) -> None:
+    """Declare the Skills extension (the SDK carries it on 2026-07-28 only) and answer its methods on both eras;
+    `answer(method, compute)` applies the error convention: bad input -32602, anything else -32603."""
+
+    def handler(method: str, compute: Callable[[Any], dict[str, Any]]) -> Any:
+        async def handle(ctx: Any, params: Any) -> dict[str, Any]:
+            # Off the event loop: one answer may hash 16 MiB per skill.
+            return await anyio.to_thread.run_sync(answer, method, lambda: compute(params))
+
+        return handle
+
+    server.extensions = {**server.extensions, skills_ext.EXTENSION_ID: {"directoryRead": True}}
+    server.add_request_handler(
+        "skills/list", SkillsListParams, handler("skills/list", lambda params: skills_ext.skills_page(deployment, params.cursor))
+    )
+    server.add_request_handler(
+        "skills/get", SkillsGetParams, handler("skills/get", lambda params: skills_ext.get_skill(deployment, params.uri))
+    )
+    server.add_request_handler(
+        "resources/directory/read",
+        DirectoryReadParams,
+        handler(
+            "resources/directory/read",
+            lambda params: skills_ext.directory_page(deployment, params.uri, params.cursor),
+        ),
+    )
 
 
 async def serve_stdio(server: Server[Any], on_shutdown: Callable[[str], Awaitable[None]]) -> None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-import mcp_types as types
-
 from .files import media_type, sha256_fd
 from .frontmatter import frontmatter_to_json
 from .limits import (
@@ -20,8 +17,6 @@ from .paths import PathRefused, SkillDir
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
 
 if TYPE_CHECKING:
-    from mcp.server.lowlevel import Server
-
     from .deployment import Deployment
 
 EXTENSION_ID = "io.modelcontextprotocol/skills"
@@ -192,44 +187,3 @@ def directory_page(deployment: Deployment, uri: str, cursor: str | None) -> dict
     """Direct children of a directory resource, from the boot-time manifest (§12.4)."""
     # The cache hints are additive to §12.4 here; SEP-2640 clients (the Inspector) require them.
     return _paged("resources", _children(*_directory(deployment, uri)), cursor, DIRECTORY_PAGE, dict)
-
-
-# --- wiring ------------------------------------------------------------------------------------
-
-
-class SkillsListParams(types.RequestParams):
-    cursor: str | None = None
-
-
-class SkillsGetParams(types.RequestParams):
-    uri: str
-
-
-class DirectoryReadParams(types.RequestParams):
-    uri: str
-    cursor: str | None = None
-
-
-def register(server: Server[Any], deployment: Deployment, answer: Callable[[str, Callable[[], Any]], Any]) -> None:
-    """Declare the extension (the SDK carries it on 2026-07-28 only) and answer its methods on both eras.
-    `answer(method, compute)` is the wiring's error convention: bad input -32602, anything else -32603."""
-
-    def handler(method: str, compute: Callable[[Any], dict[str, Any]]) -> Any:
-        async def handle(ctx: Any, params: Any) -> dict[str, Any]:
-            # Off the event loop: one answer may hash 16 MiB per skill.
-            return await anyio.to_thread.run_sync(answer, method, lambda: compute(params))
-
-        return handle
-
-    server.extensions = {**server.extensions, EXTENSION_ID: {"directoryRead": True}}
-    server.add_request_handler(
-        "skills/list", SkillsListParams, handler("skills/list", lambda params: skills_page(deployment, params.cursor))
-    )
-    server.add_request_handler(
-        "skills/get", SkillsGetParams, handler("skills/get", lambda params: get_skill(deployment, params.uri))
-    )
-    server.add_request_handler(
-        "resources/directory/read",
-        DirectoryReadParams,
-        handler("resources/directory/read", lambda params: directory_page(deployment, params.uri, params.cursor)),
-    )
