@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .version import package_version
+from .version import VERSION
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -17,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="skill-mcp",
         description="Serve a directory of Agent Skills over MCP (stdio).",
     )
-    parser.add_argument("--version", action="version", version=f"skill-mcp {package_version()}")
+    parser.add_argument("--version", action="version", version=f"skill-mcp {VERSION}")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="serve the configured skills over stdio (the default)")
     check = commands.add_parser("check", help="report every problem a skills tree would draw, for skill authors")
@@ -52,6 +52,9 @@ def serve() -> int:
     scrub = hardening.scrub_environ()
     non_dumpable = hardening.make_non_dumpable()
 
+    # A pydantic plugin (any installed package's `pydantic` entry point) would see every validated message,
+    # file contents and arguments included, which no log of ours may carry; none is loaded, or searched for.
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
     from .startup import import_sdk
 
     unavailable_levers = import_sdk()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from .version import package_version
+from .version import VERSION
 
 if TYPE_CHECKING:
     from .config import ConfigWarning
@@ -55,7 +55,7 @@ def log_boot(
         log.warning("startup.warning", lever=lever, problem="does not apply to the installed SDK; cold start is slower")
     log.info(
         "boot",
-        version=package_version(),
+        version=VERSION,
         roots=list(deployment.roots),
         rootsFrom=deployment.roots_from,
         grantFrom=deployment.grant.grant_from,
@@ -75,7 +75,7 @@ def log_boot(
     names = ", ".join(skill.name for skill in skills[:8]) + (", …" if len(skills) > 8 else "")
     log.info(
         "ready",
-        message=f"skill-mcp {package_version()} serves {len(skills)} skill(s)"
+        message=f"skill-mcp {VERSION} serves {len(skills)} skill(s)"
         + (f" ({names})" if names else "")
         + f" with {len(deployment.problems)} problem(s); waiting for an MCP client on stdin",
     )

@@ -23,7 +23,7 @@ from .deployment import Deployment
 from .logs import get_logger
 from .schemas import TOOLS, TOOLS_BY_NAME, schema_violation
 from .tools import READ_TOOLS, ToolFailure, minified
-from .version import package_version
+from .version import VERSION
 
 RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
 
@@ -79,17 +79,16 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
         return types.GetPromptResult.model_validate(bad_request("prompts/get", lambda: surfaces.prompt(deployment, params.name)))
 
-    # The listing comes from the boot-time manifest, so each page is built once; the SDK still validates
-    # every answer against the protocol's result model on its way out.
-    resource_pages: dict[str | None, types.ListResourcesResult] = {}
+    # The listing comes from the boot-time manifest, so each page is built, validated and dumped once; a plain
+    # dict spares the SDK a model dump per request, and it still validates every answer on its way out.
+    resource_pages: dict[str | None, dict[str, Any]] = {}
 
-    async def list_resources(
-        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourcesResult:
+    async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         cursor = params.cursor if params else None
         if cursor not in resource_pages:
             page, next_cursor = bad_request("resources/list", lambda: surfaces.resources_page(deployment, cursor))
-            resource_pages[cursor] = types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
+            result = types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
+            resource_pages[cursor] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return resource_pages[cursor]
 
     async def list_templates(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourceTemplatesResult:
@@ -100,7 +99,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
 
     server: Server[Any] = Server(
         "skill-mcp",
-        version=package_version(),
+        version=VERSION,
         instructions=surfaces.instructions(deployment),
         on_list_tools=list_tools,
         on_call_tool=call_tool,

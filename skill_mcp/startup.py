@@ -10,6 +10,10 @@ Four levers, confined to the one SDK import that `serve` makes; none touches the
 - frozen-gc: no garbage collection while the SDK imports, then `gc.freeze()`: the ~90,000 objects alive by
   then live as long as the process, and would otherwise be walked by ~150 collections during the import and
   by every full collection after it.
+- deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette),
+  which a stdio server never calls. Each module in DEFERRED_MODULES is served, while the SDK imports, by a
+  stand-in whose listed names are forwarders that import the real module when first called; any other
+  name imports the real module at once. The stand-ins leave `sys.modules` when the import is done.
 
 A lever whose premise an upgrade removed is skipped and reported: start-up gets slower, never wrong.
 tests/test_startup.py asserts each lever's effect, so an upgrade that silently disables one fails there.
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Iterator
@@ -26,7 +32,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-LEVERS = ("skipped-inits", "deferred-models", "deferred-adapters", "frozen-gc")
+LEVERS = ("skipped-inits", "deferred-models", "deferred-adapters", "frozen-gc", "deferred-modules")
 SKIPPED_INITS = ("mcp", "mcp.server")  # parents first
 # Every SDK module skill_mcp imports, so that all of them are imported inside the window.
 SDK_MODULES = (
@@ -37,6 +43,27 @@ SDK_MODULES = (
     "mcp.server.lowlevel",
     "mcp.server.stdio",
 )
+# Module -> the names the SDK imports from it, each used only by being called (or in annotations, which the
+# importing modules leave unevaluated); checked against the installed SDK by tests/test_startup.py.
+DEFERRED_MODULES = {
+    "sse_starlette": ("EventSourceResponse",),
+    "starlette.applications": ("Starlette",),
+    "starlette.middleware.authentication": ("AuthenticationMiddleware",),
+    "starlette.routing": ("Mount", "Route"),
+    "mcp.server.auth.middleware.auth_context": ("AuthContextMiddleware",),
+    "mcp.server.auth.middleware.bearer_auth": (
+        "AuthenticatedUser",
+        "AuthorizationContext",
+        "BearerAuthBackend",
+        "RequireAuthMiddleware",
+        "authorization_context",
+    ),
+    "mcp.server.auth.provider": ("OAuthAuthorizationServerProvider", "TokenVerifier"),
+    "mcp.server.auth.routes": ("build_resource_metadata_url", "create_auth_routes", "create_protected_resource_routes"),
+    "mcp.server.auth.settings": ("AuthSettings",),
+    # pydantic's plugin search (which `serve` turns off) and its email-validator version check
+    "importlib.metadata": ("entry_points", "version"),
+}
 
 
 def import_sdk() -> list[str]:
@@ -47,7 +74,7 @@ def import_sdk() -> list[str]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        with _deferred_builds(applied):
+        with _deferred_builds(applied), _deferred_modules(applied):
             registered = all(_register_without_init(name) for name in SKIPPED_INITS)
             for name in SDK_MODULES:
                 importlib.import_module(name)
@@ -90,15 +117,21 @@ def _run_init_on_first_use(package: ModuleType) -> Any:
 def _deferred_builds(applied: set[str]) -> Iterator[None]:
     # Both are pydantic internals: a model class without its own `defer_build` falls back to `config_defaults`
     # when it is created, and a TypeAdapter asks its `_defer_build` property; hence the shape checks.
-    from pydantic import TypeAdapter
+    # A plain `model_rebuild()` at import time (mcp_types resolving forward references) builds a validator too;
+    # a deferred model resolves them itself when first used.
+    from pydantic import BaseModel, TypeAdapter
     from pydantic._internal import _config
 
     defaults = getattr(_config, "config_defaults", None)
     adapter_property = vars(TypeAdapter).get("_defer_build")
-    models = isinstance(defaults, dict) and defaults.get("defer_build") is False
+    rebuild = vars(BaseModel).get("model_rebuild")
+    models = isinstance(defaults, dict) and defaults.get("defer_build") is False and isinstance(rebuild, classmethod)
     adapters = isinstance(adapter_property, property)
     if models:
         defaults["defer_build"] = True
+        BaseModel.model_rebuild = classmethod(  # type: ignore[method-assign,assignment]
+            lambda model, **options: rebuild.__func__(model, **options) if options else None
+        )
         applied.add("deferred-models")
     if adapters:
         TypeAdapter._defer_build = property(lambda adapter: True)  # type: ignore[method-assign,assignment]
@@ -108,5 +141,100 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
     finally:
         if models:
             defaults["defer_build"] = False
+            BaseModel.model_rebuild = rebuild  # type: ignore[method-assign]
         if adapters:
             TypeAdapter._defer_build = adapter_property  # type: ignore[method-assign]
+
+
+class _Forwarder:
+    """Stands for `module.name` until used: calling it (or reading, subclassing, isinstance) imports the module."""
+
+    __slots__ = ("_finder", "_module", "_name")
+
+    def __init__(self, finder: _StandIns, module: str, name: str) -> None:
+        self._finder, self._module, self._name = finder, module, name
+
+    def _target(self) -> Any:
+        return getattr(self._finder.real_module(self._module), self._name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._target()(*args, **kwargs)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._target(), attribute)
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (self._target(),)
+
+    def __instancecheck__(self, instance: Any) -> bool:
+        return isinstance(instance, self._target())
+
+    def __subclasscheck__(self, subclass: Any) -> bool:
+        return issubclass(subclass, self._target())
+
+    def __repr__(self) -> str:
+        return f"<deferred {self._module}.{self._name}>"
+
+
+class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds DEFERRED_MODULES as stand-in modules while the SDK imports; a module it had to import for real
+    (a name outside its list was asked for) is recorded in `imported`."""
+
+    def __init__(self) -> None:
+        self.stand_ins: dict[str, ModuleType] = {}
+        self.imported: set[str] = set()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        parent = name.rpartition(".")[0]
+        if parent in self.stand_ins:  # a submodule needs the real package
+            self.real_module(parent)
+        if name not in DEFERRED_MODULES or name in self.imported:
+            return None
+        return importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        stand_in = ModuleType(spec.name)
+        stand_in.__getattr__ = lambda name: self._attribute(spec.name, name)  # type: ignore[attr-defined]
+        self.stand_ins[spec.name] = stand_in
+        return stand_in
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass
+
+    def _attribute(self, module: str, name: str) -> Any:
+        if name.startswith("__"):  # the import system probing for __path__, __file__…
+            raise AttributeError(name)
+        if name in DEFERRED_MODULES[module]:
+            return _Forwarder(self, module, name)
+        return getattr(self.real_module(module), name)
+
+    def real_module(self, module: str) -> ModuleType:
+        if module in self.stand_ins:  # needed while the SDK imports: the deferral did not hold
+            self.imported.add(module)
+            self._remove(module)
+        return importlib.import_module(module)
+
+    def _remove(self, module: str) -> None:
+        stand_in = self.stand_ins.pop(module, None)
+        if sys.modules.get(module) is stand_in:
+            del sys.modules[module]
+        parent, _, child = module.rpartition(".")
+        if stand_in is not None and getattr(sys.modules.get(parent), child, None) is stand_in:
+            delattr(sys.modules[parent], child)
+
+    def remove_all(self) -> None:
+        for module in list(self.stand_ins):
+            self._remove(module)
+
+
+@contextmanager
+def _deferred_modules(applied: set[str]) -> Iterator[None]:
+    finder = _StandIns()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        finder.remove_all()
+    if not finder.imported:
+        applied.add("deferred-modules")

@@ -12,19 +12,18 @@ from importlib import metadata
 
 from support import REPO
 
-from skill_mcp.version import package_version
+from skill_mcp.version import VERSION
 
 BIN = os.path.dirname(sys.executable)
 
 
-def declared_version() -> str:
-    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
-        return tomllib.load(handle)["project"]["version"]
-
-
 def test_one_version_everywhere(tmp_path) -> None:
-    version = declared_version()
-    assert metadata.version("skill-mcp") == package_version() == version
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        declared = tomllib.load(handle)
+    assert "version" not in declared["project"] and declared["project"]["dynamic"] == ["version"]
+    assert declared["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "skill_mcp.version.VERSION"}
+    version = VERSION
+    assert metadata.version("skill-mcp") == version
     for command in ([os.path.join(BIN, "skill-mcp"), "--version"], [sys.executable, "-m", "skill_mcp", "--version"]):
         shown = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
         assert shown.stdout.strip() == f"skill-mcp {version}"

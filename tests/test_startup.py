@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from wire import clean_environ, legacy_handshake, running
 
+from skill_mcp.startup import DEFERRED_MODULES
+
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientInfo": {"name": "line-client", "version": "0"},
@@ -22,11 +24,13 @@ PROBE_SECONDS = 60
 # Imports what `serve` imports (fast or the ordinary way), then reports what the levers left behind and
 # which SDK models and adapters are still unbuilt after each was used once.
 PROBE = """
-import gc, json, sys
+import gc, json, os, sys
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"  # as `serve` sets it
 from pydantic import BaseModel, TypeAdapter
 from pydantic._internal import _config
 defer_property = vars(TypeAdapter)["_defer_build"]
-from skill_mcp.startup import import_sdk
+rebuild = vars(BaseModel)["model_rebuild"]
+from skill_mcp.startup import DEFERRED_MODULES, import_sdk
 unavailable = None
 collections = sum(generation["collections"] for generation in gc.get_stats())
 if sys.argv[1] == "fast":
@@ -49,7 +53,11 @@ report = {
     "collections": collections,
     "frozen": gc.get_freeze_count(),
     "gcRestored": gc.isenabled(),
-    "pydanticRestored": _config.config_defaults["defer_build"] is False and vars(TypeAdapter)["_defer_build"] is defer_property,
+    "pydanticRestored": _config.config_defaults["defer_build"] is False and vars(TypeAdapter)["_defer_build"] is defer_property
+        and vars(BaseModel)["model_rebuild"] is rebuild,
+    "deferredLoaded": sorted(name for name in DEFERRED_MODULES if name in sys.modules),
+    "standInsLeft": sorted(name for name, module in sys.modules.items() if module is not None and "__file__" not in vars(module)
+                           and "__getattr__" in vars(module) and name in DEFERRED_MODULES),
 }
 def use_each_once():  # pydantic's lazy build looks 5 frames up the stack, always there in a server
     for model in models:
@@ -66,9 +74,40 @@ report["lateInits"] = [mcp.Client.__module__, mcp.server.MCPServer.__module__]
 print(json.dumps(report))
 """
 
+# Builds the SDK's streamable HTTP app with OAuth resource-server settings, which calls every deferred name the
+# low-level server holds, and reports the app's shape; started fast or the ordinary way.
+HTTP_APP = """
+import json, os, sys
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+if sys.argv[1] == "fast":
+    from skill_mcp.startup import import_sdk
+    assert import_sdk() == []
+from mcp.server.lowlevel import Server
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from starlette.applications import Starlette
+
+class Verifier:
+    async def verify_token(self, token):
+        return None
+
+app = Server("http").streamable_http_app(
+    auth=AuthSettings(issuer_url="https://auth.example", resource_server_url="https://mcp.example/mcp",
+                      required_scopes=["skills"]),
+    token_verifier=Verifier(),
+)
+print(json.dumps({
+    "isStarlette": isinstance(app, Starlette),
+    "routes": [[type(route).__name__, route.path, type(getattr(route, "app", None)).__name__] for route in app.routes],
+    "middleware": [middleware.cls.__name__ for middleware in app.user_middleware],
+    "defaults": [Server.streamable_http_app.__kwdefaults__ or {}, Server.streamable_http_app.__defaults__],
+}, default=repr))
+"""
+
 # A low-level SDK server whose handlers return malformed results; started fast or the ordinary way.
 BROKEN_SERVER = """
-import sys
+import os, sys
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
 if sys.argv[1] == "fast":
     from skill_mcp.startup import import_sdk
     assert import_sdk() == []
@@ -104,13 +143,26 @@ def test_every_lever_takes_effect_and_everything_deferred_still_builds() -> None
     fast, ordinary = probe("fast"), probe("ordinary")
     assert fast["unavailable"] == []
     assert fast["loaded"] == [] and ordinary["loaded"] == ["mcp.client.client", "mcp.server.mcpserver"]
-    assert fast["models"] > 500 and fast["deferredModels"] > 0.9 * fast["models"] > 10 * ordinary["deferredModels"]
+    assert fast["models"] > 400 and fast["deferredModels"] > 0.9 * fast["models"] > 10 * ordinary["deferredModels"]
     assert "mcp_types._types.server_result_adapter" in fast["deferredAdapters"] and ordinary["deferredAdapters"] == []
     assert fast["collections"] == 0 < 10 < ordinary["collections"]
     assert fast["frozen"] > 50_000 and ordinary["frozen"] == 0
     assert fast["pydanticRestored"] is fast["gcRestored"] is True
     assert fast["unbuiltAfterUse"] == ordinary["unbuiltAfterUse"] == []
     assert fast["lateInits"] == ordinary["lateInits"] == ["mcp.client.client", "mcp.server.mcpserver.server"]
+    assert fast["deferredLoaded"] == fast["standInsLeft"] == []
+    assert ordinary["deferredLoaded"] == sorted(DEFERRED_MODULES)
+
+
+def test_the_deferred_http_transport_still_works_when_called() -> None:
+    fast, ordinary = (
+        json.loads(subprocess.run([sys.executable, "-c", HTTP_APP, way], capture_output=True, text=True,
+                                  timeout=PROBE_SECONDS, check=True).stdout)
+        for way in ("fast", "ordinary")
+    )  # fmt: skip
+    assert fast == ordinary and fast["isStarlette"] is True
+    assert ["AuthenticationMiddleware", "AuthContextMiddleware"] == fast["middleware"]
+    assert any(route[0] == "Route" and route[1] == "/mcp" for route in fast["routes"]), fast["routes"]
 
 
 def broken_session(tmp_path: Path, way: str, era: str) -> list[dict]:
