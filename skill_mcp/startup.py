@@ -1,12 +1,12 @@
 """Fast start (issue 7): import the SDK's stdio server without paying at start for what a session never uses.
 
-Four levers, confined to the one SDK import that `serve` makes; none touches the installed files:
+Five levers, confined to the one SDK import that `serve` makes; none touches the installed files:
 
 - skipped-inits: the packages `mcp` and `mcp.server` are registered without running their `__init__`, which
   import the whole client and the high-level server. The real `__init__` runs on the first access to a name.
 - deferred-models, deferred-adapters: pydantic builds no model validator or TypeAdapter while the SDK is
-  imported (one model set per protocol revision); each is built on first use, so what goes on the wire is
-  validated exactly as before.
+  imported (one model set per protocol revision), not even for an explicit `model_rebuild()`; each is built
+  on first use, so what goes on the wire is validated exactly as before.
 - frozen-gc: no garbage collection while the SDK imports, then `gc.freeze()`: the ~90,000 objects alive by
   then live as long as the process, and would otherwise be walked by ~150 collections during the import and
   by every full collection after it.
