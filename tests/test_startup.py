@@ -206,3 +206,32 @@ def test_the_real_server_reports_no_unavailable_lever(tmp_path: Path) -> None:
     assert finished.returncode == 0, finished.stderr
     events = [json.loads(line)["event"] for line in finished.stderr.splitlines()]
     assert "boot" in events and "startup.warning" not in events
+
+
+def plugin_environ(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An installed pydantic plugin (an entry point in the `pydantic` group) that leaves a marker when loaded."""
+    site, marker = tmp_path / "site", tmp_path / "plugin-loaded"
+    (site / "spy_plugin-1.0.dist-info").mkdir(parents=True)
+    (site / "spy_plugin-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: spy-plugin\nVersion: 1.0\n"
+    )
+    (site / "spy_plugin-1.0.dist-info" / "entry_points.txt").write_text("[pydantic]\nspy = spy_plugin:plugin\n")
+    (site / "spy_plugin.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "class plugin:\n    def new_schema_validator(*args, **kwargs):\n        return None, None, None\n"
+    )
+    return clean_environ(PYTHONPATH=str(site)), marker
+
+
+def test_serve_loads_no_pydantic_plugin(tmp_path: Path) -> None:
+    environ, marker = plugin_environ(tmp_path)
+    with running([sys.executable, "-m", "skill_mcp"], environ, cwd=str(tmp_path)) as client:
+        legacy_handshake(client)
+        assert client.request("tools/list")["result"]["tools"]
+        client.close_stdin()
+        assert client.wait() == 0
+    assert not marker.exists()
+    # The control: any other pydantic user in that environment does load it.
+    model = "from pydantic import BaseModel\nclass Probe(BaseModel):\n    x: int\nProbe(x=1)\n"
+    subprocess.run([sys.executable, "-c", model], env=environ, timeout=PROBE_SECONDS, check=True, capture_output=True)
+    assert marker.exists()
