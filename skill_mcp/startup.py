@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any
+from typing import Any, Union
 
 LEVERS = ("skipped-inits", "deferred-models", "deferred-adapters", "frozen-gc", "deferred-modules")
 SKIPPED_INITS = ("mcp", "mcp.server")  # parents first
@@ -43,13 +43,15 @@ SDK_MODULES = (
     "mcp.server.lowlevel",
     "mcp.server.stdio",
 )
-# Module -> the names the SDK imports from it, each used only by being called (or in annotations, which the
-# importing modules leave unevaluated); checked against the installed SDK by tests/test_startup.py.
+# Module -> the names the SDK imports from it, each used at import only in annotations and otherwise only
+# called; checked against the installed SDK by tests/test_startup.py, which also drives a real HTTP request.
 DEFERRED_MODULES = {
     "sse_starlette": ("EventSourceResponse",),
     "starlette.applications": ("Starlette",),
     "starlette.middleware.authentication": ("AuthenticationMiddleware",),
     "starlette.routing": ("Mount", "Route"),
+    "starlette.requests": ("Request",),
+    "starlette.responses": ("Response",),
     "mcp.server.auth.middleware.auth_context": ("AuthContextMiddleware",),
     "mcp.server.auth.middleware.bearer_auth": (
         "AuthenticatedUser",
@@ -161,6 +163,8 @@ class _Forwarder:
         return self._target()(*args, **kwargs)
 
     def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("__") and self._finder.importing:  # typing probing an annotation: stay inert
+            raise AttributeError(attribute)
         return getattr(self._target(), attribute)
 
     def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -171,6 +175,12 @@ class _Forwarder:
 
     def __subclasscheck__(self, subclass: Any) -> bool:
         return issubclass(subclass, self._target())
+
+    def __or__(self, other: Any) -> Any:  # `Response | None` in an annotation evaluated at import
+        return Union[self, other]
+
+    def __ror__(self, other: Any) -> Any:
+        return Union[other, self]
 
     def __repr__(self) -> str:
         return f"<deferred {self._module}.{self._name}>"
@@ -183,6 +193,7 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self) -> None:
         self.stand_ins: dict[str, ModuleType] = {}
         self.imported: set[str] = set()
+        self.importing = True
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         parent = name.rpartition(".")[0]
@@ -223,6 +234,7 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             delattr(sys.modules[parent], child)
 
     def remove_all(self) -> None:
+        self.importing = False
         for module in list(self.stand_ins):
             self._remove(module)
 

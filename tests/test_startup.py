@@ -99,11 +99,42 @@ app = Server("http").streamable_http_app(
                       required_scopes=["skills"]),
     token_verifier=Verifier(),
 )
+
+import anyio
+
+async def post_initialize():
+    # One real request through the transport, by ASGI: host check, Request, JSON-RPC, the SSE response.
+    server = Server("http")
+    plain = server.streamable_http_app()
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/mcp", "raw_path": b"/mcp", "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 80), "headers": [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"),
+             (b"accept", b"application/json, text/event-stream"), (b"content-length", str(len(body)).encode())]}
+    sent, messages = [], [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        await anyio.sleep(60)  # the client stays connected until the answer is complete
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    async with server.session_manager.run():
+        await plain(scope, receive, send)
+    text = b"".join(message.get("body", b"") for message in sent).decode()
+    return sent[0]["status"], '"protocolVersion":"2025-11-25"' in text
+
+status, initialized = anyio.run(post_initialize)
 print(json.dumps({
     "isStarlette": isinstance(app, Starlette),
     "routes": [[type(route).__name__, route.path, type(getattr(route, "app", None)).__name__] for route in app.routes],
     "middleware": [middleware.cls.__name__ for middleware in app.user_middleware],
     "defaults": [Server.streamable_http_app.__kwdefaults__ or {}, Server.streamable_http_app.__defaults__],
+    "initialize": [status, initialized],
 }, default=repr))
 """
 
@@ -166,6 +197,7 @@ def test_the_deferred_http_transport_still_works_when_called() -> None:
     assert fast == ordinary and fast["isStarlette"] is True
     assert ["AuthenticationMiddleware", "AuthContextMiddleware"] == fast["middleware"]
     assert any(route[0] == "Route" and route[1] == "/mcp" for route in fast["routes"]), fast["routes"]
+    assert fast["initialize"] == [200, True]
 
 
 def broken_session(tmp_path: Path, way: str, era: str) -> list[dict]:
