@@ -52,6 +52,7 @@ DEFERRED_MODULES = {
     "starlette.routing": ("Mount", "Route"),
     "starlette.requests": ("Request",),
     "starlette.responses": ("Response",),
+    "starlette.datastructures": ("Headers",),
     "mcp.server.auth.middleware.auth_context": ("AuthContextMiddleware",),
     "mcp.server.auth.middleware.bearer_auth": (
         "AuthenticatedUser",
