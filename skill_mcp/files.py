@@ -54,11 +54,7 @@ def _open_regular(path: str) -> int:
 
 
 def _chunks(fd: int, limit: int):
-    """Yield the file's stat, then its bytes in chunks, stopping once `limit` bytes came."""
-    status = os.fstat(fd)
-    if not stat.S_ISREG(status.st_mode):
-        raise NotRegularFile("the opened file")
-    yield status
+    """Yield the file's bytes in chunks, stopping once `limit` bytes came."""
     seen = 0
     while seen < limit:
         chunk = os.read(fd, min(_CHUNK_BYTES, limit - seen))
@@ -72,17 +68,18 @@ def read_capped(path: str, max_bytes: int) -> CappedRead:
     """Read at most `max_bytes` of a regular file; raises NotRegularFile (a PathRefused) or OSError."""
     fd = _open_regular(path)
     try:
-        return read_capped_fd(fd, max_bytes)
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotRegularFile("the opened file")
+        return read_capped_fd(fd, max_bytes, status)
     finally:
         os.close(fd)
 
 
-def read_capped_fd(fd: int, max_bytes: int) -> CappedRead:
-    """`read_capped` on a descriptor the caller opened (and closes)."""
-    chunks = _chunks(fd, max_bytes + 1)  # one byte past the cap is enough to know it was truncated
-    status = next(chunks)
+def read_capped_fd(fd: int, max_bytes: int, status: os.stat_result) -> CappedRead:
+    """`read_capped` on a descriptor the caller opened, checked to be a regular file by `status`, and closes."""
     buffer = bytearray()
-    for chunk in chunks:
+    for chunk in _chunks(fd, max_bytes + 1):  # one byte past the cap is enough to know it was truncated
         buffer += chunk
     bytes_read = len(buffer)
     del buffer[max_bytes:]
@@ -95,13 +92,12 @@ class FileTooLarge(OSError):
 
 
 def sha256_fd(fd: int, max_bytes: int | None = None) -> tuple[str, int]:
-    """Streamed (hex digest, bytes hashed); FileTooLarge past `max_bytes`, so memory stays one chunk."""
+    """Streamed (hex digest, bytes hashed) of a descriptor checked to be a regular file (`SkillDir.open`);
+    FileTooLarge past `max_bytes`, so memory stays one chunk."""
     limit = sys.maxsize if max_bytes is None else max_bytes + 1
-    chunks = _chunks(fd, limit)
-    next(chunks)
     digest = hashlib.sha256()
     size = 0
-    for chunk in chunks:
+    for chunk in _chunks(fd, limit):
         size += len(chunk)
         digest.update(chunk)
     if max_bytes is not None and size > max_bytes:

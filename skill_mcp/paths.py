@@ -72,6 +72,18 @@ class NotRegularFile(PathRefused, OSError):
 # Linux can check a file before opening it for reading: an O_PATH handle follows the links without
 # touching the file, /proc tells its real path, and reopening the handle reads exactly what was checked.
 _CHECK_THEN_OPEN = hasattr(os, "O_PATH") and os.path.isdir("/proc/self/fd")
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # O_NONBLOCK: a FIFO swapped in cannot block the open
+
+
+def _real_dir(path: str) -> str:
+    if not _CHECK_THEN_OPEN:
+        return os.path.realpath(path, strict=True)
+    # One open and one readlink, where realpath lstats every component of the path.
+    handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        return os.readlink(f"/proc/self/fd/{handle}")
+    finally:
+        os.close(handle)
 
 
 class SkillDir:
@@ -79,7 +91,7 @@ class SkillDir:
 
     def __init__(self, skill_dir: str) -> None:
         try:
-            self.real_dir = os.path.realpath(skill_dir, strict=True)
+            self.real_dir = _real_dir(skill_dir)
         except OSError:
             raise PathRefused(
                 "the skill's directory is not readable",
@@ -88,52 +100,61 @@ class SkillDir:
         # Compared with a trailing "/" so a sibling such as "<skill>-evil" is not taken for inside.
         self._inside_prefix = os.path.join(self.real_dir, "")
 
-    def open(self, rel: str) -> tuple[int, str]:
-        """A descriptor open for reading on regular file `rel` inside this skill, and its real path."""
-        handle, real = self._locate(rel)
-        if handle is None:
-            # Without O_PATH the file is opened by its checked real path, refusing a link swapped in since.
-            return os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), real
-        try:
-            return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), real
-        finally:
-            os.close(handle)
-
-    @contextmanager
-    def opened(self, rel: str) -> Iterator[int]:
-        fd, _ = self.open(rel)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-
-    def _locate(self, rel: str) -> tuple[int | None, str]:
+    def open(self, rel: str) -> tuple[int, str, os.stat_result]:
+        """A descriptor open for reading on regular file `rel` inside this skill, its real path, and the
+        status it was checked by (the descriptor's own)."""
         reason = path_refusal(rel)
         if reason is not None:
             raise PathRefused(describe_refusal(rel, reason), PATH_HINT)
         path = f"{self.real_dir}/{rel}"  # rel passed the string check: no leading "/", no ".."
-        handle = None
+        if not _CHECK_THEN_OPEN:
+            return self._open_by_real_path(rel, path)
         try:
-            if _CHECK_THEN_OPEN:
-                handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                real, status = os.readlink(f"/proc/self/fd/{handle}"), os.fstat(handle)
-            else:
-                real = os.path.realpath(path, strict=True)
-                status = os.stat(real)
+            handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError:
-            if handle is not None:
-                os.close(handle)
-            raise PathRefused(f'"{rel}" is not a file in this skill', "Call skill_load for the exact files.") from None
+            raise self._not_a_file(rel) from None
         try:
-            if real != self.real_dir and not real.startswith(self._inside_prefix):
-                raise PathRefused(
-                    f'"{rel}" resolves outside the skill\'s own directory',
-                    "A file or symlink may only be read from inside its own skill.",
-                )
-            if not stat.S_ISREG(status.st_mode):
-                raise NotRegularFile(f'"{rel}"')
-        except PathRefused:
-            if handle is not None:
-                os.close(handle)
+            real, status = os.readlink(f"/proc/self/fd/{handle}"), os.fstat(handle)
+            self._check(rel, real, status)
+            # Reopening the handle opens the very inode checked, so `status` is the descriptor's too.
+            return os.open(f"/proc/self/fd/{handle}", _READ_FLAGS), real, status
+        finally:
+            os.close(handle)
+
+    @contextmanager
+    def opened(self, rel: str) -> Iterator[tuple[int, os.stat_result]]:
+        fd, _, status = self.open(rel)
+        try:
+            yield fd, status
+        finally:
+            os.close(fd)
+
+    def _open_by_real_path(self, rel: str, path: str) -> tuple[int, str, os.stat_result]:
+        try:
+            real = os.path.realpath(path, strict=True)
+            status = os.stat(real)
+        except OSError:
+            raise self._not_a_file(rel) from None
+        self._check(rel, real, status)
+        # Opened by its checked real path, refusing a link swapped in since; a file swapped in is checked again.
+        fd = os.open(real, _READ_FLAGS | os.O_NOFOLLOW)
+        try:
+            status = os.fstat(fd)
+            self._check(rel, real, status)
+        except BaseException:
+            os.close(fd)
             raise
-        return handle, real
+        return fd, real, status
+
+    def _check(self, rel: str, real: str, status: os.stat_result) -> None:
+        if real != self.real_dir and not real.startswith(self._inside_prefix):
+            raise PathRefused(
+                f'"{rel}" resolves outside the skill\'s own directory',
+                "A file or symlink may only be read from inside its own skill.",
+            )
+        if not stat.S_ISREG(status.st_mode):
+            raise NotRegularFile(f'"{rel}"')
+
+    @staticmethod
+    def _not_a_file(rel: str) -> PathRefused:
+        return PathRefused(f'"{rel}" is not a file in this skill', "Call skill_load for the exact files.")

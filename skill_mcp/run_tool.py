@@ -127,7 +127,7 @@ class RunService:
                 "The skill's instructions remain available via skill_load.",
             )
         try:
-            fd, real_script = SkillDir(skill.real_dir).open(script)
+            fd, real_script, _ = SkillDir(skill.real_dir).open(script)
             try:
                 script_sha256, _ = sha256_fd(fd)
             finally:

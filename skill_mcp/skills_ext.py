@@ -97,7 +97,7 @@ def _digests(skill: Skill) -> list[dict[str, Any]] | str:
         directory = SkillDir(skill.real_dir)
         for rel in paths:
             # The remaining budget caps each file, so hashing stops as soon as the total passes it.
-            with directory.opened(rel) as fd:
+            with directory.opened(rel) as (fd, _):
                 digest, size = sha256_fd(fd, MAX_DIGEST_BYTES - hashed)
             hashed += size
             resources.append({"uri": resource_uri(skill.name, rel), "digest": f"sha256:{digest}", "size": size})

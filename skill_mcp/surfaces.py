@@ -146,8 +146,8 @@ def read_resource(deployment: Deployment, uri: str) -> dict[str, Any]:
     name, rel = split_skill_uri(uri)
     try:
         skill = find_skill(deployment, name)
-        with SkillDir(skill.real_dir).opened(rel) as fd:
-            read = read_capped_fd(fd, MAX_FILE_BYTES)
+        with SkillDir(skill.real_dir).opened(rel) as (fd, status):
+            read = read_capped_fd(fd, MAX_FILE_BYTES, status)
     except (ToolFailure, PathRefused) as refused:
         raise BadRequest(refused.message) from None
     except OSError as error:

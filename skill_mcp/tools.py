@@ -161,20 +161,20 @@ def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str,
         directory = SkillDir(skill.real_dir)
     except PathRefused as refused:
         return {"skill": skill.name, "files": [{"path": rel, "error": refused.message} for rel in paths]}
-    slots: list[tuple[str, int] | dict[str, str]] = []
+    slots: list[tuple[str, int, os.stat_result] | dict[str, str]] = []
     try:
         total = 0
         for rel in paths:
             try:
-                fd, _ = directory.open(rel)
+                fd, _, status = directory.open(rel)
             except PathRefused as refused:
                 slots.append({"path": rel, "error": refused.message})
                 continue
             except OSError as error:
                 slots.append({"path": rel, "error": unreadable(rel, error)})
                 continue
-            slots.append((rel, fd))
-            total += min(os.fstat(fd).st_size, MAX_FILE_BYTES)
+            slots.append((rel, fd, status))
+            total += min(status.st_size, MAX_FILE_BYTES)
         if total > MAX_CALL_BYTES:
             raise ToolFailure(
                 f"the {len(paths)} paths total {total} bytes to read, over this call's {MAX_CALL_BYTES}-byte "
@@ -188,14 +188,12 @@ def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str,
                 os.close(slot[1])
 
 
-def _read_entry(slot: tuple[str, int] | dict[str, str]) -> dict[str, Any]:
+def _read_entry(slot: tuple[str, int, os.stat_result] | dict[str, str]) -> dict[str, Any]:
     if isinstance(slot, dict):
         return slot
-    rel, fd = slot
+    rel, fd, status = slot
     try:
-        read = read_capped_fd(fd, MAX_FILE_BYTES)
-    except PathRefused as refused:
-        return {"path": rel, "error": refused.message}
+        read = read_capped_fd(fd, MAX_FILE_BYTES, status)
     except OSError as error:
         return {"path": rel, "error": unreadable(rel, error)}
     encoding, content = encode_content(read.data)

@@ -112,6 +112,6 @@ def resolve_in_skill(skill_dir: str, rel: str) -> str:
     """The §6.2 check as a path: open `rel` the way every read does, keep only its checked real path."""
     from skill_mcp.paths import SkillDir
 
-    fd, real = SkillDir(skill_dir).open(rel)
+    fd, real, _ = SkillDir(skill_dir).open(rel)
     os.close(fd)
     return real

@@ -109,6 +109,23 @@ def test_unreadable_skill_directory(layout):
     assert "mounted" in refused.hint and "skill_list" in refused.hint
 
 
+def test_skill_directory_replaced_by_a_file_leaves_no_file_in_it(layout):
+    (layout / "now-a-file").write_text("x")
+    assert refusal(layout / "now-a-file", "notes.md").message == '"notes.md" is not a file in this skill'
+
+
+def test_open_returns_the_status_of_the_descriptor_it_returns(layout):
+    skill = layout / "skill"
+    os.symlink("scripts/ok.js", skill / "alias.js")
+    fd, real, status = SkillDir(str(skill)).open("alias.js")
+    try:
+        assert real == str(skill / "scripts" / "ok.js")
+        opened = os.fstat(fd)
+        assert (status.st_dev, status.st_ino, status.st_size) == (opened.st_dev, opened.st_ino, 2)
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("rel", ["../outside.txt", "/etc/passwd", "scripts//ok.js", ""])
 def test_string_check_runs_first(layout, rel):
     # Refused by the string rules even though some of these would resolve to real files.
@@ -126,7 +143,7 @@ def test_dotdot_is_refused_with_the_relative_path_hint(layout):
 def test_opened_reads_the_file_that_was_checked_even_if_renamed_after(layout):
     skill = layout / "skill"
     directory = SkillDir(str(skill))
-    fd, real = directory.open("notes.md")
+    fd, real, _ = directory.open("notes.md")
     try:
         os.rename(skill / "notes.md", skill / "moved.md")
         (skill / "notes.md").write_text("planted")

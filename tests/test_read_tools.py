@@ -428,9 +428,9 @@ async def test_five_reads_of_a_256_mib_file_fail_before_anything_is_read(root, f
     reads: list[int] = []
     real_read = tools.read_capped_fd
 
-    def counting_read(fd, max_bytes):
+    def counting_read(fd, max_bytes, status):
         reads.append(fd)
-        return real_read(fd, max_bytes)
+        return real_read(fd, max_bytes, status)
 
     monkeypatch.setattr(tools, "read_capped_fd", counting_read)
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
