@@ -7,6 +7,7 @@ Every expected value is the wire value a client receives.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.metadata
 import json
@@ -15,12 +16,15 @@ from pathlib import Path
 
 import pytest
 import structlog.testing
+from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from support import ERAS, connect, deployment_for, error_text, payload, write_skill
 
 from skill_mcp import surfaces, tools
 from skill_mcp.model import Declaration, ManifestEntry, Skill
+from skill_mcp.run_tool import RunService
+from skill_mcp.server import build_server
 
 pytestmark = pytest.mark.anyio
 
@@ -448,6 +452,24 @@ async def test_resources_list_pages_500_at_a_time_and_reaches_every_file(root, e
         # a cursor can be replayed: it names the same page again
         again = await client.list_resources(cursor=cursors[1], cache_mode="bypass")
         assert [resource.uri for resource in again.resources] == pages[2]
+
+
+async def test_serving_a_cached_resource_page_leaves_the_cache_unchanged(root):
+    write_skill(root, "alpha", files={f"f{index:04d}.txt": "x" for index in range(600)})
+    deployment = deployment_for({"SKILLS_DIR": str(root)})
+    server = build_server(deployment, RunService(deployment).call)
+    list_resources = server.get_request_handler("resources/list").handler
+    page = await list_resources(None, None)
+    before = copy.deepcopy(page)
+    # the handler returns its cached dict as is: the SDK must build the wire answer (and the 2026 era's
+    # serverInfo stamp) without writing into it
+    for era in ERAS:
+        async with Client(server, mode=era) as client:
+            for _ in range(2):
+                served = await client.list_resources(cache_mode="bypass")
+                assert wire(served)["resources"] == before["resources"]
+    assert await list_resources(None, None) is page
+    assert page == before
 
 
 async def test_an_unknown_cursor_is_invalid_params(root, era):
