@@ -67,6 +67,9 @@ DEFERRED_MODULES = {
     # pydantic's plugin search (which `serve` turns off) and its email-validator version check
     "importlib.metadata": ("entry_points", "version"),
 }
+# One model set per protocol revision; `mcp_types.methods` only files their classes and unions in its per-version
+# maps, and a session speaks one revision, so each set is imported when a message first needs it.
+DEFERRED_REVISIONS = ("mcp_types._v2025_11_25", "mcp_types._v2026_07_28")
 
 
 def import_sdk() -> list[str]:
@@ -149,16 +152,25 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
             TypeAdapter._defer_build = adapter_property  # type: ignore[method-assign]
 
 
-class _Forwarder:
-    """Stands for `module.name` until used: calling it (or reading, subclassing, isinstance) imports the module."""
+_UNRESOLVED = object()
 
-    __slots__ = ("_finder", "_module", "_name")
+
+class _Forwarder:
+    """Stands for `module.name` until used: calling it (or reading, subclassing, isinstance, a pydantic schema)
+    imports the module."""
+
+    __slots__ = ("_finder", "_module", "_name", "_resolved")
 
     def __init__(self, finder: _StandIns, module: str, name: str) -> None:
-        self._finder, self._module, self._name = finder, module, name
+        self._finder, self._module, self._name, self._resolved = finder, module, name, _UNRESOLVED
 
     def _target(self) -> Any:
-        return getattr(self._finder.real_module(self._module), self._name)
+        if self._resolved is _UNRESOLVED:
+            target = getattr(self._finder.real_module(self._module), self._name)
+            if self._finder.importing:
+                return target
+            self._resolved = target
+        return self._resolved
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._target()(*args, **kwargs)
@@ -176,6 +188,9 @@ class _Forwarder:
 
     def __subclasscheck__(self, subclass: Any) -> bool:
         return issubclass(subclass, self._target())
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:  # TypeAdapter(forwarder)
+        return handler.generate_schema(self._target())
 
     def __or__(self, other: Any) -> Any:  # `Response | None` in an annotation evaluated at import
         return Union[self, other]
@@ -200,7 +215,7 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         parent = name.rpartition(".")[0]
         if parent in self.stand_ins:  # a submodule needs the real package
             self.real_module(parent)
-        if name not in DEFERRED_MODULES or name in self.imported:
+        if name not in DEFERRED_MODULES and name not in DEFERRED_REVISIONS or name in self.imported:
             return None
         return importlib.machinery.ModuleSpec(name, self)
 
@@ -216,7 +231,7 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def _attribute(self, module: str, name: str) -> Any:
         if name.startswith("__"):  # the import system probing for __path__, __file__…
             raise AttributeError(name)
-        if name in DEFERRED_MODULES[module]:
+        if name in DEFERRED_MODULES.get(module, ()) or module in DEFERRED_REVISIONS and not name.startswith("_"):
             return _Forwarder(self, module, name)
         return getattr(self.real_module(module), name)
 
@@ -224,7 +239,10 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if module in self.stand_ins:  # needed while the SDK imports: the deferral did not hold
             self.imported.add(module)
             self._remove(module)
-        return importlib.import_module(module)
+        if self.importing or module in sys.modules:
+            return importlib.import_module(module)
+        with _deferred_builds(set()):  # a model set imported late is as lazy as one imported at start
+            return importlib.import_module(module)
 
     def _remove(self, module: str) -> None:
         stand_in = self.stand_ins.pop(module, None)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from wire import clean_environ, legacy_handshake, running
 
-from skill_mcp.startup import DEFERRED_MODULES
+from skill_mcp.startup import DEFERRED_MODULES, DEFERRED_REVISIONS
 
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -30,7 +30,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic._internal import _config
 defer_property = vars(TypeAdapter)["_defer_build"]
 rebuild = vars(BaseModel)["model_rebuild"]
-from skill_mcp.startup import DEFERRED_MODULES, import_sdk
+from skill_mcp.startup import DEFERRED_MODULES, DEFERRED_REVISIONS, import_sdk
 unavailable = None
 collections = sum(generation["collections"] for generation in gc.get_stats())
 if sys.argv[1] == "fast":
@@ -39,6 +39,12 @@ else:
     import mcp.server.lowlevel
 collections = sum(generation["collections"] for generation in gc.get_stats()) - collections
 import skill_mcp.run_tool, skill_mcp.server
+from mcp_types import methods
+revisions = [sorted(name for name in DEFERRED_REVISIONS if name in sys.modules)]
+methods.parse_client_request("tools/list", "2025-11-25", None)  # a legacy request, through its surface class
+revisions.append(sorted(name for name in DEFERRED_REVISIONS if name in sys.modules))
+methods.serialize_server_result("tools/call", "2026-07-28", {"content": [], "resultType": "complete"})  # a union
+revisions.append(sorted(name for name in DEFERRED_REVISIONS if name in sys.modules))
 sdk = [module for name, module in list(sys.modules.items()) if name.split(".")[0] in ("mcp", "mcp_types")]
 models = {value for module in sdk for value in vars(module).values()
           if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__}
@@ -46,6 +52,7 @@ adapters = {f"{module.__name__}.{name}": value for module in sdk for name, value
             if isinstance(value, TypeAdapter)}
 report = {
     "unavailable": unavailable,
+    "revisions": revisions,
     "loaded": sorted(name for name in ("mcp.client.client", "mcp.server.mcpserver") if name in sys.modules),
     "models": len(models),
     "deferredModels": sum(not model.__pydantic_complete__ for model in models),
@@ -186,6 +193,8 @@ def test_every_lever_takes_effect_and_everything_deferred_still_builds() -> None
     assert fast["lateInits"] == ordinary["lateInits"] == ["mcp.client.client", "mcp.server.mcpserver.server"]
     assert fast["deferredLoaded"] == fast["standInsLeft"] == [] == fast["missingNames"] == ordinary["missingNames"]
     assert ordinary["deferredLoaded"] == sorted(DEFERRED_MODULES)
+    legacy, modern = DEFERRED_REVISIONS
+    assert fast["revisions"] == [[], [legacy], [legacy, modern]] and ordinary["revisions"] == [[legacy, modern]] * 3
 
 
 def test_the_deferred_http_transport_still_works_when_called() -> None:
