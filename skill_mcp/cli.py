@@ -51,6 +51,9 @@ def serve() -> int:
 
     scrub = hardening.scrub_environ()
     non_dumpable = hardening.make_non_dumpable()
+    from .files import keep_read_buffers_on_heap
+
+    keep_read_buffers_on_heap()
 
     # A pydantic plugin (any installed package's `pydantic` entry point) would see every validated message,
     # file contents and arguments included, which no log of ours may carry; none is loaded, or searched for.

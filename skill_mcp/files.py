@@ -132,3 +132,22 @@ def media_type(path: str) -> str:
         return _OCTET_STREAM
     extension = final_segment.rsplit(".", 1)[1].lower()
     return _MEDIA_TYPES.get(extension, _OCTET_STREAM)
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+
+
+def keep_read_buffers_on_heap() -> bool:
+    """Let a 1 MiB read's buffers (the bytes, their text and base64, the JSON answer) reuse heap memory.
+
+    glibc serves blocks over its mmap threshold with fresh mappings whose pages fault in on every read, and
+    raises that threshold only after such a block is freed; a fixed 4 MiB threshold skips that, and a 16 MiB
+    trim threshold bounds what stays resident after a burst. False where there is no glibc `mallopt`.
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, 4 << 20)) and bool(mallopt(_M_TRIM_THRESHOLD, 16 << 20))

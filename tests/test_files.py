@@ -3,6 +3,8 @@
 import base64
 import os
 import signal
+import subprocess
+import sys
 import tracemalloc
 from contextlib import contextmanager
 
@@ -187,3 +189,26 @@ def test_png_round_trips_as_base64_image_png(tmp_path):
 )
 def test_media_type(path, expected):
     assert media_type(path) == expected
+
+
+HEAP_PROBE = """
+from skill_mcp.files import keep_read_buffers_on_heap
+
+def on_the_heap(buffer):
+    for line in open("/proc/self/maps"):
+        if line.rstrip().endswith("[heap]"):
+            low, high = (int(bound, 16) for bound in line.split()[0].split("-"))
+            return low <= id(buffer) < high
+    return False
+
+fresh = on_the_heap(bytes(2 << 20))
+applied = keep_read_buffers_on_heap()
+print(fresh, applied, on_the_heap(bytes(2 << 20)))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_read_buffers_come_from_the_heap_once_the_thresholds_are_set() -> None:
+    # A fresh glibc process maps a 2 MiB block on its own; with the fixed thresholds it comes from the heap.
+    shown = subprocess.run([sys.executable, "-c", HEAP_PROBE], capture_output=True, text=True, timeout=60, check=True)
+    assert shown.stdout.split() == ["False", "True", "True"]
