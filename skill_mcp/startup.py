@@ -27,6 +27,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -210,6 +211,7 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.stand_ins: dict[str, ModuleType] = {}
         self.imported: set[str] = set()
         self.importing = True
+        self._late_imports = threading.RLock()
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         parent = name.rpartition(".")[0]
@@ -241,7 +243,9 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             self._remove(module)
         if self.importing or module in sys.modules:
             return importlib.import_module(module)
-        with _deferred_builds(set()):  # a model set imported late is as lazy as one imported at start
+        # A model set imported late is as lazy as one imported at start; one at a time, since the switches
+        # are process-wide and each import restores what it found.
+        with self._late_imports, _deferred_builds(set()):
             return importlib.import_module(module)
 
     def _remove(self, module: str) -> None:
