@@ -11,9 +11,10 @@ Five levers, confined to the one SDK import that `serve` makes; none touches the
   then live as long as the process, and would otherwise be walked by ~150 collections during the import and
   by every full collection after it.
 - deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette),
-  which a stdio server never calls. Each module in DEFERRED_MODULES is served, while the SDK imports, by a
-  stand-in whose listed names are forwarders that import the real module when first called; any other
-  name imports the real module at once. The stand-ins leave `sys.modules` when the import is done.
+  which a stdio server never calls, and both protocol revisions' model sets, of which a session uses one.
+  Each module in DEFERRED_MODULES and DEFERRED_REVISIONS is served, while the SDK imports, by a stand-in
+  whose listed (for a revision: public) names are forwarders that import the real module when first used;
+  any other name imports the real module at once. The stand-ins leave `sys.modules` when the import is done.
 
 A lever whose premise an upgrade removed is skipped and reported: start-up gets slower, never wrong.
 tests/test_startup.py asserts each lever's effect, so an upgrade that silently disables one fails there.
@@ -204,8 +205,8 @@ class _Forwarder:
 
 
 class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds DEFERRED_MODULES as stand-in modules while the SDK imports; a module it had to import for real
-    (a name outside its list was asked for) is recorded in `imported`."""
+    """Finds DEFERRED_MODULES and DEFERRED_REVISIONS as stand-in modules while the SDK imports; a module it had
+    to import for real then (a name outside its list was asked for) is recorded in `imported`."""
 
     def __init__(self) -> None:
         self.stand_ins: dict[str, ModuleType] = {}
