@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .version import VERSION
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> Any:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="skill-mcp",
         description="Serve a directory of Agent Skills over MCP (stdio).",
@@ -31,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else list(argv)) in ([], ["serve"]):
+        return serve()  # every client's spawn: no parser to build (argparse and gettext cost ~2 ms)
     parser = _parser()
     try:
         options = parser.parse_args(argv)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -204,9 +203,11 @@ class _Forwarder:
         return f"<deferred {self._module}.{self._name}>"
 
 
-class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _StandIns:
     """Finds DEFERRED_MODULES and DEFERRED_REVISIONS as stand-in modules while the SDK imports; a module it had
-    to import for real then (a name outside its list was asked for) is recorded in `imported`."""
+    to import for real then (a name outside its list was asked for) is recorded in `imported`.
+
+    A meta path finder and its modules' loader, by protocol: `importlib.abc` would import importlib.resources."""
 
     def __init__(self) -> None:
         self.stand_ins: dict[str, ModuleType] = {}
