@@ -22,7 +22,7 @@ from . import skills_ext, surfaces
 from .deployment import Deployment
 from .logs import get_logger
 from .schemas import TOOLS, TOOLS_BY_NAME, schema_violation
-from .tools import READ_TOOLS, ToolFailure, minified
+from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
 
 RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
@@ -43,6 +43,9 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tool_models)
 
+    # Each boot-time answer is rendered once; at most one per served skill, plus the listing.
+    rendered: dict[tuple[str, str | None], str] = {}
+
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
@@ -55,7 +58,12 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         try:
             if name == "skill_run":
                 return await run_tool(ctx, arguments)
-            return text_result(minified(READ_TOOLS[name](deployment, arguments)))
+            if name not in BOOT_TIME_TOOLS:
+                return text_result(minified(READ_TOOLS[name](deployment, arguments)))
+            key = (name, arguments.get("name"))  # the arguments passed the schema: at most a skill name
+            if key not in rendered:
+                rendered[key] = minified(READ_TOOLS[name](deployment, arguments))
+            return text_result(rendered[key])
         except ToolFailure as failure:
             return failure_result(failure)
         except Exception as error:  # noqa: BLE001 - the low-level SDK would turn it into a bare JSON-RPC error

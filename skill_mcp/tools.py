@@ -210,6 +210,9 @@ def _read_entry(slot: tuple[str, int, os.stat_result] | dict[str, str]) -> dict[
     return entry
 
 
+# Answered from the boot-time catalog alone: the same arguments always get the same answer.
+BOOT_TIME_TOOLS = frozenset({"skill_list", "skill_load"})
+
 READ_TOOLS: Mapping[str, Any] = {
     "skill_list": lambda deployment, args: skill_list(deployment),
     "skill_load": lambda deployment, args: skill_load(deployment, args["name"]),
