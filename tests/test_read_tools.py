@@ -11,6 +11,8 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import ERAS, connect, deployment_for, error_text, payload, write_skill
 
 from skill_mcp import tools
@@ -535,3 +537,20 @@ async def test_an_inside_link_and_a_file_added_after_boot_are_readable(root, fil
         (entry,) = payload(await call(client, "skill_file", {"name": "files", "paths": ["alias.md"]}))["files"]
     assert entry["content"] == "# Notes\n  indented\ttab  \n"
     assert entry["mediaType"] == "text/markdown"
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.text(st.characters(codec=None, exclude_categories=())),  # every code point, lone surrogates included
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(JSON_VALUES)
+@settings(max_examples=300, deadline=None)
+def test_minified_writes_exactly_what_json_dumps_writes(value) -> None:
+    # Tool results carry no floats; everything else they can carry is generated here.
+    assert minified(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
