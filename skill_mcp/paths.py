@@ -87,18 +87,32 @@ def _real_dir(path: str) -> str:
 
 
 class SkillDir:
-    """A skill's directory, resolved once per request; every file is checked as it is opened (§6.2)."""
+    """A skill's directory; every file is checked as it is opened (§6.2).
+
+    Callers pass the real path discovery found. A file whose real path lies under it is inside, with no
+    further system call: a path with a symlink in it is never a prefix of a real path, so this holds exactly
+    while that path is still the directory's real path. Otherwise the directory is resolved now, once per
+    request, and the file judged against that; a file that cannot be found does the same to tell an
+    unreadable directory from a missing file.
+    """
 
     def __init__(self, skill_dir: str) -> None:
-        try:
-            self.real_dir = _real_dir(skill_dir)
-        except OSError:
-            raise PathRefused(
-                "the skill's directory is not readable",
-                "The skills slot may not be mounted; call skill_list to see what is served.",
-            ) from None
+        self._given = skill_dir
         # Compared with a trailing "/" so a sibling such as "<skill>-evil" is not taken for inside.
-        self._inside_prefix = os.path.join(self.real_dir, "")
+        self._given_prefix = os.path.join(skill_dir, "")
+        self._resolved: str | None = None
+
+    def real_dir(self) -> str:
+        """The directory's real path now; PathRefused when it has none (§6.2 step 2)."""
+        if self._resolved is None:
+            try:
+                self._resolved = _real_dir(self._given)
+            except OSError:
+                raise PathRefused(
+                    "the skill's directory is not readable",
+                    "The skills slot may not be mounted; call skill_list to see what is served.",
+                ) from None
+        return self._resolved
 
     def open(self, rel: str) -> tuple[int, str, os.stat_result]:
         """A descriptor open for reading on regular file `rel` inside this skill, its real path, and the
@@ -106,7 +120,7 @@ class SkillDir:
         reason = path_refusal(rel)
         if reason is not None:
             raise PathRefused(describe_refusal(rel, reason), PATH_HINT)
-        path = f"{self.real_dir}/{rel}"  # rel passed the string check: no leading "/", no ".."
+        path = f"{self._given}/{rel}"  # rel passed the string check: no leading "/", no ".."
         if not _CHECK_THEN_OPEN:
             return self._open_by_real_path(rel, path)
         try:
@@ -147,7 +161,7 @@ class SkillDir:
         return fd, real, status
 
     def _check(self, rel: str, real: str, status: os.stat_result) -> None:
-        if real != self.real_dir and not real.startswith(self._inside_prefix):
+        if not (real.startswith(self._given_prefix) or _is_within(real, self.real_dir())):
             raise PathRefused(
                 f'"{rel}" resolves outside the skill\'s own directory',
                 "A file or symlink may only be read from inside its own skill.",
@@ -155,6 +169,10 @@ class SkillDir:
         if not stat.S_ISREG(status.st_mode):
             raise NotRegularFile(f'"{rel}"')
 
-    @staticmethod
-    def _not_a_file(rel: str) -> PathRefused:
+    def _not_a_file(self, rel: str) -> PathRefused:
+        self.real_dir()  # an unreadable directory is reported as such
         return PathRefused(f'"{rel}" is not a file in this skill', "Call skill_load for the exact files.")
+
+
+def _is_within(real: str, real_dir: str) -> bool:
+    return real == real_dir or real.startswith(os.path.join(real_dir, ""))

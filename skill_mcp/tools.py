@@ -164,10 +164,7 @@ def unreadable(rel: str, error: OSError) -> str:
 def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str, Any]:
     skill = find_skill(deployment, name)
     # Pass 1 opens every path and decides the call's budget from sizes alone, so nothing is read when it is over.
-    try:
-        directory = SkillDir(skill.real_dir)
-    except PathRefused as refused:
-        return {"skill": skill.name, "files": [{"path": rel, "error": refused.message} for rel in paths]}
+    directory = SkillDir(skill.real_dir)
     slots: list[tuple[str, int, os.stat_result] | dict[str, str]] = []
     try:
         total = 0
