@@ -114,6 +114,30 @@ def test_skill_directory_replaced_by_a_file_leaves_no_file_in_it(layout):
     assert refusal(layout / "now-a-file", "notes.md").message == '"notes.md" is not a file in this skill'
 
 
+def test_a_skill_directory_swapped_for_a_link_is_judged_where_it_now_resolves(layout):
+    # The real path discovery found stops being real; the check falls back to resolving the directory now.
+    skill, moved = layout / "skill", layout / "moved"
+    directory = SkillDir(str(skill))
+    skill.rename(moved)
+    os.symlink(moved, skill)
+    os.symlink("../outside.txt", moved / "leak.txt")
+    fd, real, _ = directory.open("notes.md")
+    os.close(fd)
+    assert real == str(moved / "notes.md")
+    with pytest.raises(PathRefused) as caught:
+        directory.open("leak.txt")
+    assert caught.value.message == '"leak.txt" resolves outside the skill\'s own directory'
+
+
+def test_a_directory_gone_after_discovery_is_reported_unreadable_for_every_file(layout):
+    directory = SkillDir(str(layout / "skill"))
+    (layout / "skill").rename(layout / "elsewhere")
+    for rel in ("notes.md", "scripts/ok.js"):
+        with pytest.raises(PathRefused) as caught:
+            directory.open(rel)
+        assert caught.value.message == "the skill's directory is not readable"
+
+
 def test_open_returns_the_status_of_the_descriptor_it_returns(layout):
     skill = layout / "skill"
     os.symlink("scripts/ok.js", skill / "alias.js")
