@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -167,11 +168,25 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def interleave(rounds: int, jobs: dict[str, Callable[[], float]], results: dict[str, list[float]]) -> None:
-    """Run every job once per round; the order reverses every other round."""
+# What runs just before a warm call moves its latency as much as the call's own work does (bench/README.md,
+# "Warm order"). `repeat` (the default) keeps each timed call in the same state as every other: right after
+# the same call to the same process.
+WARM_ORDERS = ("repeat", "alternate", "shuffled")
+
+
+def interleave(
+    rounds: int, jobs: dict[str, Callable[[], float]], results: dict[str, list[float]], order: str = "alternate"
+) -> None:
+    """Run every job once per round, the order reversing every other round (`shuffled`: a fresh seeded random
+    order each round). `repeat`: each timed run is preceded by an untimed run of the same job."""
     names = list(jobs)
+    shuffler = random.Random(0)
     for r in range(rounds):
-        for name in names if r % 2 == 0 else reversed(names):
+        if order == "shuffled":
+            shuffler.shuffle(names)
+        for name in names if order == "shuffled" or r % 2 == 0 else names[::-1]:
+            if order == "repeat":
+                jobs[name]()
             results.setdefault(name, []).append(jobs[name]())
 
 
@@ -247,7 +262,7 @@ def run_cold(bench: Bench, rounds: int, modern: bool, wide100: str, wide1000: st
 
 
 def run_warm(
-    bench: Bench, calls: int, warmup: int, wide100: str, big: str
+    bench: Bench, calls: int, warmup: int, wide100: str, big: str, order: str
 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
     bare, small, large = bench.spawn_bare(), bench.spawn_ours(wide100), bench.spawn_ours(big)
     try:
@@ -274,9 +289,9 @@ def run_warm(
                 "skill_file", {"name": trees.BIG_SKILL, "paths": [trees.BIG_PATH]}
             )[1],
         }
-        interleave(warmup, jobs, {})
+        interleave(warmup, jobs, {}, order)
         results: dict[str, list[float]] = {}
-        interleave(calls, jobs, results)
+        interleave(calls, jobs, results, order)
         page_count = -(-pages[-1] // 500)
         extra = {"resources": pages[-1], "resource_pages": page_count}
         return results, extra
@@ -472,6 +487,13 @@ def main() -> int:
     parser.add_argument("--warm-calls", type=int, help="measured warm calls per kind (full 200, quick 30)")
     parser.add_argument("--warmup", type=int, help="discarded warm calls per kind first (full 30, quick 10)")
     parser.add_argument("--memory-runs", type=int, help="interleaved memory runs (full 3, quick 1)")
+    parser.add_argument(
+        "--warm-order",
+        choices=WARM_ORDERS,
+        default="repeat",
+        help="what precedes each timed warm call: the same call to the same process (default), the round-robin "
+        "neighbour (reversing each round), or a shuffled neighbour",
+    )
     parser.add_argument("--reads", type=int, default=50, help="1 MiB reads before the peak RSS is taken")
     parser.add_argument("--no-modern", action="store_true", help="skip the 2026-07-28-era cold starts")
     parser.add_argument("--python", default=sys.executable, help="interpreter for both servers (default: this one)")
@@ -502,15 +524,22 @@ def main() -> int:
         facts = check_trees(bench, {"32x100": wide100, "32x1000": wide1000, "big": big})
         print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; src {bench.src}")
         print(
-            f"trees: {facts}; cold runs {cold_runs}, warm calls {warm_calls} (+{warmup} warm-up), memory runs {memory_runs}"
+            f"trees: {facts}; cold runs {cold_runs}, warm calls {warm_calls} (+{warmup} warm-up, "
+            f"{options.warm_order} order), memory runs {memory_runs}"
         )
         raw = run_cold(bench, cold_runs, not options.no_modern, wide100, wide1000)
-        warm, extra = run_warm(bench, warm_calls, warmup, wide100, big)
+        warm, extra = run_warm(bench, warm_calls, warmup, wide100, big, options.warm_order)
         raw.update(warm)
         raw.update(run_memory(bench, memory_runs, options.reads, big))
         extra.update(
             reads=options.reads,
-            config={"cold_runs": cold_runs, "warm_calls": warm_calls, "warmup": warmup, "memory_runs": memory_runs},
+            config={
+                "cold_runs": cold_runs,
+                "warm_calls": warm_calls,
+                "warmup": warmup,
+                "memory_runs": memory_runs,
+                "warm_order": options.warm_order,
+            },
             python=platform.python_version(),
             cpus=os.cpu_count(),
             src=bench.src,
