@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -75,6 +78,45 @@ _CHECK_THEN_OPEN = hasattr(os, "O_PATH") and os.path.isdir("/proc/self/fd")
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # O_NONBLOCK: a FIFO swapped in cannot block the open
 
 
+class LinkFreeOpener:
+    """openat2(2) with RESOLVE_NO_SYMLINKS (Linux 5.6+), called by its number through libc's syscall(): it opens
+    a path for reading only when none of the path's components is a link."""
+
+    SYSCALL_NUMBERS = {"x86_64": 437, "aarch64": 437}
+    _AT_FDCWD, _RESOLVE_NO_SYMLINKS = -100, 0x04
+
+    def __init__(self, number: int) -> None:
+        class OpenHow(ctypes.Structure):
+            _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
+
+        self._number = number
+        self._syscall = ctypes.CDLL(None, use_errno=True).syscall
+        self._syscall.restype = ctypes.c_long
+        self._syscall.argtypes = (ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+        self._how = OpenHow(_READ_FLAGS, 0, self._RESOLVE_NO_SYMLINKS)
+        self._how_ref, self._how_size = ctypes.byref(self._how), ctypes.sizeof(self._how)
+        self.usable = True
+
+    @classmethod
+    def for_this_machine(cls) -> LinkFreeOpener | None:
+        number = cls.SYSCALL_NUMBERS.get(os.uname().machine) if sys.platform == "linux" else None
+        return cls(number) if number is not None else None
+
+    def __call__(self, path: str) -> int | None:
+        """A read descriptor on `path`; None when a component is a link or the open fails for any reason."""
+        if not self.usable:
+            return None
+        fd = self._syscall(self._number, self._AT_FDCWD, os.fsencode(path), self._how_ref, self._how_size)
+        if fd >= 0:
+            return fd
+        # An older kernel, or a seccomp filter (a container runtime's) that refuses the call: never try again.
+        self.usable = ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG)
+        return None
+
+
+_OPEN_LINK_FREE = LinkFreeOpener.for_this_machine()
+
+
 def _real_dir(path: str) -> str:
     if not _CHECK_THEN_OPEN:
         return os.path.realpath(path, strict=True)
@@ -121,6 +163,8 @@ class SkillDir:
         if reason is not None:
             raise PathRefused(describe_refusal(rel, reason), PATH_HINT)
         path = f"{self._given}/{rel}"  # rel passed the string check: no leading "/", no ".."
+        if (opened := self._open_link_free(path)) is not None:
+            return opened
         if not _CHECK_THEN_OPEN:
             return self._open_by_real_path(rel, path)
         try:
@@ -142,6 +186,27 @@ class SkillDir:
             yield fd, status
         finally:
             os.close(fd)
+
+    def _open_link_free(self, path: str) -> tuple[int, str, os.stat_result] | None:
+        """The usual file, opened in three system calls: a regular file reached through no link. Its path is then
+        its real path, under the discovered directory, so it is inside. Anything else (a link anywhere in the
+        path, a missing file, no openat2) returns None, and the full check decides."""
+        if _OPEN_LINK_FREE is None:
+            return None
+        try:
+            checked = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None
+        if not stat.S_ISREG(checked.st_mode):  # only a regular file is ever opened this way: no device is opened
+            return None
+        fd = _OPEN_LINK_FREE(path)
+        if fd is None:
+            return None
+        status = os.fstat(fd)
+        if (status.st_dev, status.st_ino) == (checked.st_dev, checked.st_ino):
+            return fd, path, status
+        os.close(fd)  # swapped since the stat: the full check decides
+        return None
 
     def _open_by_real_path(self, rel: str, path: str) -> tuple[int, str, os.stat_result]:
         try:

@@ -9,11 +9,16 @@ from skill_mcp import paths
 from skill_mcp.paths import PATH_HINT, PathRefused, SkillDir, describe_refusal, path_refusal
 
 
-@pytest.fixture(autouse=True, params=["check-then-open", "realpath"])
+@pytest.fixture(autouse=True, params=["link-free-first", "check-then-open", "realpath"])
 def resolution(request, monkeypatch):
-    """Every test runs on both ways of checking: the O_PATH handle (Linux) and the realpath fallback."""
+    """Every test runs on each way of checking: a link-free openat2 first (then the O_PATH handle for the
+    rest), the O_PATH handle alone (Linux), and the realpath fallback."""
+    if request.param == "link-free-first" and paths._OPEN_LINK_FREE is None:
+        pytest.skip("no openat2 here")
     if request.param == "check-then-open" and not paths._CHECK_THEN_OPEN:
         pytest.skip("no O_PATH and /proc here")
+    if request.param != "link-free-first":
+        monkeypatch.setattr(paths, "_OPEN_LINK_FREE", None)
     if request.param == "realpath":
         monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
     return request.param
@@ -187,3 +192,4 @@ def test_opened_refuses_like_resolve_and_leaks_no_descriptor(layout):
                 pass
     if before is not None:
         assert len(os.listdir("/proc/self/fd")) == before
+

@@ -1,0 +1,69 @@
+"""The link-free way in (SkillDir._open_link_free): openat2 opens a regular file reached through no link, whose
+path is then its real path; everything else is left to the full check (tests/test_paths_resolve.py runs every
+resolve test with and without this way in)."""
+
+import os
+import stat
+
+import pytest
+
+from skill_mcp import paths
+from skill_mcp.paths import LinkFreeOpener, SkillDir
+
+pytestmark = pytest.mark.skipif(paths._OPEN_LINK_FREE is None, reason="no openat2 here")
+
+
+@pytest.fixture
+def skill(tmp_path):
+    skill = tmp_path / "skill"
+    (skill / "scripts" / "lib").mkdir(parents=True)
+    (skill / "scripts" / "ok.js").write_text("ok")
+    (skill / "scripts" / "lib" / "util.js").write_text("util")
+    (tmp_path / "outside.txt").write_text("secret")
+    return skill
+
+
+def test_a_plain_file_is_opened_with_its_path_as_real_path(skill):
+    opened = SkillDir(str(skill))._open_link_free(f"{skill}/scripts/lib/util.js")
+    assert opened is not None
+    fd, real, status = opened
+    try:
+        assert real == str(skill / "scripts" / "lib" / "util.js") == os.path.realpath(real)
+        assert os.read(fd, 100) == b"util"
+        assert (status.st_dev, status.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+    finally:
+        os.close(fd)
+
+
+def test_anything_but_a_plain_file_reached_through_no_link_is_left_to_the_full_check(skill):
+    os.symlink("scripts/ok.js", skill / "alias.js")
+    os.symlink(skill / "scripts", skill / "linked")
+    os.symlink("../outside.txt", skill / "out.txt")
+    os.mkfifo(skill / "pipe")
+    rels = ["alias.js", "linked/ok.js", "out.txt", "pipe", "scripts", "missing.txt"]
+    if os.geteuid() == 0:  # a device node is never opened this way (opening some has effects)
+        os.mknod(skill / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        rels.append("null")
+    directory = SkillDir(str(skill))
+    for rel in rels:
+        assert directory._open_link_free(f"{skill}/{rel}") is None, rel
+
+
+def test_the_opener_refuses_any_link_and_keeps_working(skill):
+    opener = LinkFreeOpener.for_this_machine()
+    os.symlink(skill / "scripts", skill / "linked")
+    assert opener(f"{skill}/linked/ok.js") is None  # ELOOP: a link, no reason to give up
+    fd = opener(f"{skill}/scripts/ok.js")
+    assert fd is not None
+    try:
+        assert os.read(fd, 10) == b"ok"
+    finally:
+        os.close(fd)
+    assert opener.usable
+
+
+def test_the_opener_gives_up_for_good_where_the_kernel_lacks_the_call(skill):
+    # A system call number no kernel has: the kernel itself answers ENOSYS, as one older than 5.6 does for openat2.
+    opener = LinkFreeOpener(number=1_000_000)
+    assert opener(f"{skill}/scripts/ok.js") is None
+    assert not opener.usable
