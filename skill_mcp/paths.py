@@ -199,7 +199,9 @@ class SkillDir:
             checked = os.stat(path, follow_symlinks=False)
         except OSError:
             return None
-        if not stat.S_ISREG(checked.st_mode):  # only a regular file is ever opened this way: no device is opened
+        # Only what lstat has just shown to be a regular file is opened here, so a device node is not opened to be
+        # refused (short of a swap between the two calls, which the inode comparison then catches).
+        if not stat.S_ISREG(checked.st_mode):
             return None
         fd = _OPEN_LINK_FREE(path)
         if fd is None:
