@@ -2,10 +2,12 @@
 
 Same SDK, same `Server` class, same stdio transport as skill-mcp and nothing else, so the
 benchmark's ratios show what skill-mcp adds on top of the SDK. Every tool answers a tiny JSON.
+With `--resources N` it also answers `resources/list` with one prebuilt page of N resources.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import anyio
@@ -25,8 +27,33 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     return types.CallToolResult(content=[types.TextContent(type="text", text='{"ok":true}')])
 
 
+def resource_page(count: int) -> dict[str, Any]:
+    """One `resources/list` page of `count` resources shaped like skill-mcp's, as the plain dict it serves."""
+    paths = [f"references/d{n % 10}/f{n:04d}.md" for n in range(count)]
+    resources = [
+        {
+            "uri": f"skill://bench-00/{path}",
+            "name": f"bench-00/{path}",
+            "title": f"bench-00: {path}",
+            "mimeType": "text/markdown",
+            "size": 250,
+        }
+        for path in paths
+    ]
+    return {"resources": resources, "nextCursor": str(count)}
+
+
 async def main() -> None:
-    server: Server[Any] = Server("bare", version="0", on_list_tools=list_tools, on_call_tool=call_tool)
+    # `--resources N` also serves one page of N resources, built once: what the SDK alone spends on a page.
+    extra: dict[str, Any] = {}
+    if "--resources" in sys.argv:
+        page = resource_page(int(sys.argv[sys.argv.index("--resources") + 1]))
+
+        async def list_resources(ctx: Any, params: Any) -> dict[str, Any]:
+            return page
+
+        extra["on_list_resources"] = list_resources
+    server: Server[Any] = Server("bare", version="0", on_list_tools=list_tools, on_call_tool=call_tool, **extra)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 

@@ -153,8 +153,8 @@ class Bench:
             "PYTHONHASHSEED": "0",
         }
 
-    def spawn_bare(self) -> Proc:
-        return Proc([self.python, BARE], self.base_env, self.work, self.work)
+    def spawn_bare(self, *args: str) -> Proc:
+        return Proc([self.python, BARE, *args], self.base_env, self.work, self.work)
 
     def spawn_ours(self, skills_dir: str | None = None) -> Proc:
         env = dict(self.base_env)
@@ -265,8 +265,10 @@ def run_warm(
     bench: Bench, calls: int, warmup: int, wide100: str, big: str, order: str
 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
     bare, small, large = bench.spawn_bare(), bench.spawn_ours(wide100), bench.spawn_ours(big)
+    # The SDK's own cost of one 500-resource page, served from a prebuilt dict: the floor under ours.
+    floor = bench.spawn_bare("--resources", "500")
     try:
-        for proc in (bare, small, large):
+        for proc in (bare, small, large, floor):
             proc.handshake()
             proc.request("tools/list")
         two = [trees.small_path(0), trees.small_path(11)]
@@ -285,6 +287,7 @@ def run_warm(
             "warm.skill_load": lambda: small.call("skill_load", {"name": "bench-07"})[1],
             "warm.skill_file.2small": lambda: small.call("skill_file", {"name": "bench-07", "paths": two})[1],
             "warm.resources_list.all_pages": resources,
+            "warm.resources_list.bare_page": lambda: floor.request("resources/list")[1],
             "warm.skill_file.1MiB": lambda: large.call(
                 "skill_file", {"name": trees.BIG_SKILL, "paths": [trees.BIG_PATH]}
             )[1],
@@ -296,7 +299,7 @@ def run_warm(
         extra = {"resources": pages[-1], "resource_pages": page_count}
         return results, extra
     finally:
-        for proc in (bare, small, large):
+        for proc in (bare, small, large, floor):
             proc.close()
 
 
@@ -461,6 +464,8 @@ def report(raw: dict[str, list[float]], extra: dict[str, Any]) -> dict[str, Any]
         dummy,
     )
     line("ours: resources/list, per page", "warm.resources_list.per_page", dummy)
+    line("bare: resources/list, one prebuilt 500-resource page", "warm.resources_list.bare_page", dummy)
+    print(f"  {'ours per page / that bare page':<52}{m['warm.resources_list.per_page'] / m['warm.resources_list.bare_page']:9.2f}x")
 
     print("\nMemory (bytes from /proc/<pid>/status), medians")
     line("bare: idle VmRSS", "rss.idle.bare", None, "MiB")
