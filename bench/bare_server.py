@@ -3,12 +3,21 @@
 Same SDK, same `Server` class, same stdio transport as skill-mcp and nothing else, so the
 benchmark's ratios show what skill-mcp adds on top of the SDK. Every tool answers a tiny JSON.
 With `--resources N` it also answers `resources/list` with one prebuilt page of N resources.
+With `--levers` it imports the SDK through skill-mcp's `startup.import_sdk()` (skill_mcp on PYTHONPATH): the
+cold start any server on this SDK could reach with those levers and nothing of its own.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
+
+if "--levers" in sys.argv:  # before the SDK's first import, as `skill-mcp serve` does
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+    from skill_mcp.startup import import_sdk
+
+    import_sdk()
 
 import anyio
 import mcp_types as types

@@ -156,6 +156,9 @@ class Bench:
     def spawn_bare(self, *args: str) -> Proc:
         return Proc([self.python, BARE, *args], self.base_env, self.work, self.work)
 
+    def spawn_bare_levered(self) -> Proc:
+        return Proc([self.python, BARE, "--levers"], {**self.base_env, "PYTHONPATH": self.src}, self.work, self.work)
+
     def spawn_ours(self, skills_dir: str | None = None) -> Proc:
         env = dict(self.base_env)
         if skills_dir:
@@ -246,6 +249,7 @@ def run_cold(bench: Bench, rounds: int, modern: bool, wide100: str, wide1000: st
     jobs: dict[str, Callable[[], float]] = {
         "cold.tools_list.bare": lambda: cold(bench, bench.spawn_bare, LEGACY, tools_list),
         "cold.tools_list.ours": lambda: cold(bench, bench.spawn_ours, LEGACY, tools_list),
+        "cold.tools_list.bare_levered": lambda: cold(bench, bench.spawn_bare_levered, LEGACY, tools_list),
         "cold.first_call.bare": lambda: cold(bench, bench.spawn_bare, LEGACY, dummy_call),
         "cold.skill_list.bundled": lambda: cold(bench, bench.spawn_ours, LEGACY, skill_list),
         "cold.skill_list.32x100": lambda: cold(bench, lambda: bench.spawn_ours(wide100), LEGACY, skill_list),
@@ -410,6 +414,12 @@ def report(raw: dict[str, list[float]], extra: dict[str, Any]) -> dict[str, Any]
     )
     line("bare: tools/list", "cold.tools_list.bare", None)
     line("ours: tools/list (bundled skills)", "cold.tools_list.ours", cold_bare, base_key="cold.tools_list.bare")
+    line(
+        "bare with our start-up levers: tools/list",
+        "cold.tools_list.bare_levered",
+        cold_bare,
+        base_key="cold.tools_list.bare",
+    )
     if "cold.tools_list.bare.modern" in m:
         line("bare: tools/list, 2026-07-28 era", "cold.tools_list.bare.modern", None)
         line(
@@ -465,7 +475,9 @@ def report(raw: dict[str, list[float]], extra: dict[str, Any]) -> dict[str, Any]
     )
     line("ours: resources/list, per page", "warm.resources_list.per_page", dummy)
     line("bare: resources/list, one prebuilt 500-resource page", "warm.resources_list.bare_page", dummy)
-    print(f"  {'ours per page / that bare page':<52}{m['warm.resources_list.per_page'] / m['warm.resources_list.bare_page']:9.2f}x")
+    print(
+        f"  {'ours per page / that bare page':<52}{m['warm.resources_list.per_page'] / m['warm.resources_list.bare_page']:9.2f}x"
+    )
 
     print("\nMemory (bytes from /proc/<pid>/status), medians")
     line("bare: idle VmRSS", "rss.idle.bare", None, "MiB")
