@@ -197,6 +197,14 @@ user=$("$docker" image inspect -f '{{.Config.User}}' "$image")
     test "$SKILLS_DIR" = /skills || { echo "SKILLS_DIR=$SKILLS_DIR"; exit 1; }
     echo "python3 $(python3 -c "import sys; print(sys.version.split()[0], sys.prefix)"); node $(node --version)"
 ' || fail "image layout"
+# Informational: whether this engine's seccomp profile lets reads take the link-free open (openat2);
+# where it does not, every read takes the full check, with the same answers.
+"$docker" run --rm "$image" /app/venv/bin/python -c '
+from skill_mcp import paths
+opener = paths._OPEN_LINK_FREE
+fd = opener("/skills/skill-mcp-demo/SKILL.md") if opener else None
+print("link-free open (openat2):", "in use" if fd is not None else "not available here; reads take the full check")
+' || fail "link-free open probe"
 
 step "smoke: initialize, tools/list and a two-step skill_run of each demo script over stdio"
 cat >"$run/mcp-driver.py" <<'PY'
