@@ -27,8 +27,9 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
     problems: list[Problem] = []
     skills: list[Skill] = []
     seen_dirs: set[str] = set()
+    scanned_roots: set[str] = set()
     for root in roots:
-        scan = _collect(root, seen_dirs)
+        scan = _collect(root, seen_dirs, scanned_roots)
         problems += scan.problems
         problems += scan.missing_skill_md
         for real_dir in scan.candidates:
@@ -63,8 +64,9 @@ class _RootScan:
     candidates: list[str] = field(default_factory=list)
 
 
-def _collect(root: str, seen_dirs: set[str]) -> _RootScan:
-    """§3.2: resolve the root, then layout A, or layouts B and C."""
+def _collect(root: str, seen_dirs: set[str], scanned_roots: set[str]) -> _RootScan:
+    """§3.2: resolve the root, then layout A, or layouts B and C. A root another root reported as a
+    directory without SKILL.md is still scanned: only a skill already read, or a root already scanned, is not."""
     scan = _RootScan()
     try:
         real_root = os.path.realpath(root, strict=True)
@@ -74,12 +76,15 @@ def _collect(root: str, seen_dirs: set[str]) -> _RootScan:
     if not os.path.isdir(real_root):
         scan.problems.append(Problem(root, "root-unreadable", "not a directory"))
         return scan
-    if real_root in seen_dirs:
-        return scan  # the same root configured twice, or a skill another root already holds
-    seen_dirs.add(real_root)
-    if os.path.lexists(os.path.join(real_root, SKILL_MD)):
-        scan.candidates.append(real_root)
+    if real_root in scanned_roots:
+        return scan  # the same root configured twice
+    scanned_roots.add(real_root)
+    if os.path.isfile(os.path.join(real_root, SKILL_MD)):
+        if real_root not in seen_dirs:  # else a skill another root already holds
+            seen_dirs.add(real_root)
+            scan.candidates.append(real_root)
         return scan
+    seen_dirs.add(real_root)
     _scan_entries(scan, root, real_root, real_root, seen_dirs, at_root=True)
     real_skills_entry = os.path.join(real_root, "skills")
     if os.path.isdir(real_skills_entry):

@@ -76,7 +76,7 @@ def read_var(environ: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def load_config(environ: Mapping[str, str], cwd: str, bundled_root: str) -> tuple[Config, list[ConfigWarning]]:
+def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) -> tuple[Config, list[ConfigWarning]]:
     """Build the boot configuration; a malformed value falls back and adds a warning, never raises."""
     warnings: list[ConfigWarning] = []
 
@@ -142,13 +142,21 @@ def load_config(environ: Mapping[str, str], cwd: str, bundled_root: str) -> tupl
     return config, warnings
 
 
-def _roots(var: Callable[[str], str | None], cwd: str, bundled_root: str) -> tuple[tuple[str, ...], str]:
+def absolute_root(cwd: str | None, root: str) -> str:
+    """`root` made absolute against `cwd`; with no working directory (it was deleted) a relative root stays
+    relative, and discovery reports it unreadable."""
+    if cwd is None and not os.path.isabs(root):
+        return root
+    return os.path.abspath(os.path.join(cwd or "/", root))
+
+
+def _roots(var: Callable[[str], str | None], cwd: str | None, bundled_root: str) -> tuple[tuple[str, ...], str]:
     for name in ("MCP_SKILLS_PATH", "SKILLS_DIR"):
         parts = [part.strip() for part in (var(name) or "").split(":")]
-        roots = tuple(os.path.abspath(os.path.join(cwd, part)) for part in parts if part)
+        roots = tuple(absolute_root(cwd, part) for part in parts if part)
         if roots:
             return roots, name
-    return (os.path.abspath(os.path.join(cwd, bundled_root)),), "default"
+    return (absolute_root(cwd, bundled_root),), "default"
 
 
 def _decimal(value: str | None) -> int | None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .catalog import discover
-from .config import BUNDLED_ROOT, Config, ConfigWarning, load_config
+from .config import BUNDLED_ROOT, Config, ConfigWarning, absolute_root, load_config
 from .grants import GrantState, apply_grant, resolve_grant
 from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
@@ -57,11 +57,11 @@ def build_deployment(
 ) -> tuple[Deployment, list[ConfigWarning]]:
     """Never raises: every failure is a problem or a warning. `scrub` is None when nothing was
     scrubbed (the CLI), so nothing is blocked for it; `apply_owner_grant=False` is `check`'s view."""
-    cwd = cwd or os.getcwd()
+    cwd = cwd or _working_directory()
     config, warnings = load_config(environ, cwd, BUNDLED_ROOT)
     roots, roots_from = config.roots, config.roots_from
     if roots_override:
-        roots, roots_from = tuple(os.path.abspath(os.path.join(cwd, root)) for root in roots_override), "arguments"
+        roots, roots_from = tuple(absolute_root(cwd, root) for root in roots_override), "arguments"
     interpreters, interpreter_warnings = find_interpreters(config, environ.get("PATH"), server_venv_prefix())
     catalog = discover(roots, config.max_skills)
     grant = resolve_grant(config) if apply_owner_grant else _NO_GRANT
@@ -92,3 +92,10 @@ def build_deployment(
         environ=environ,
     )
     return deployment, [*warnings, *interpreter_warnings]
+
+
+def _working_directory() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # deleted under the server: only relative roots need it
+        return None

@@ -12,6 +12,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.composer import MaxDepthExceededError
 from ruamel.yaml.constructor import ConstructorError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scanner import Scanner
 from ruamel.yaml.tokens import AliasToken, AnchorToken, DirectiveToken, TagToken
 
@@ -22,6 +23,7 @@ _CLOSER = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")
 # The raw YAML starts on SKILL.md's second line; ruamel counts lines and columns from 0.
 _FIRST_YAML_LINE = 2
 _NOT_YAML = "SKILL.md frontmatter is not valid YAML: "
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class FrontmatterError(Exception):
@@ -66,6 +68,10 @@ def _load_yaml(raw_yaml: str) -> Any:
         raise FrontmatterError(
             f"{_NOT_YAML}{problem}" + _position(error.problem_mark or error.context_mark)
         ) from None
+    except ReaderError as error:  # a control character; ruamel gives its offset in the YAML, not a mark
+        raise FrontmatterError(
+            f"{_NOT_YAML}{error.reason}: U+{error.character:04X}" + _offset_position(raw_yaml, error.position)
+        ) from None
     except RecursionError:
         raise FrontmatterError(f"{_NOT_YAML}nesting is too deep") from None
     except (TypeError, ValueError) as error:
@@ -103,8 +109,21 @@ class _Constructor(SafeConstructor):
             raise ConstructorError(None, None, "the integer is too large", node.start_mark) from None
         return value
 
+    def construct_yaml_str(self, node: Any) -> str:
+        # `"\ud83d\ude00"` (JSON-style escapes of one character) loads as two surrogates: join them. A lone one
+        # cannot be written as UTF-8, so it would break every answer carrying this skill.
+        value = super().construct_yaml_str(node)
+        if _SURROGATE.search(value):
+            try:
+                value = value.encode("utf-16", "surrogatepass").decode("utf-16")
+            except UnicodeDecodeError:
+                problem = "a \\u escape gives a lone surrogate, which is not a character"
+                raise ConstructorError(None, None, problem, node.start_mark) from None
+        return value
+
 
 _Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
+_Constructor.add_constructor("tag:yaml.org,2002:str", _Constructor.construct_yaml_str)
 
 
 def _tag_text(value: tuple[str | None, str]) -> str:
@@ -118,6 +137,11 @@ def _position(mark: Any) -> str:
     if mark is None:
         return ""
     return f" (line {mark.line + _FIRST_YAML_LINE}, column {mark.column + 1})"
+
+
+def _offset_position(text: str, offset: int) -> str:
+    line_start = text.rfind("\n", 0, offset) + 1
+    return f" (line {text.count(chr(10), 0, offset) + _FIRST_YAML_LINE}, column {offset - line_start + 1})"
 
 
 def frontmatter_to_json(value: Any) -> Any:

@@ -135,28 +135,36 @@ class SkillDir:
     Callers pass the real path discovery found. A file whose real path lies under it is inside, with no
     further system call: a path with a symlink in it is never a prefix of a real path, so this holds exactly
     while that path is still the directory's real path. Otherwise the directory is resolved now, once per
-    request, and the file judged against that; a file that cannot be found does the same to tell an
-    unreadable directory from a missing file. The usual file, regular and reached through no link at all, is
-    opened first in three system calls (`_open_link_free`); anything else takes the full check.
+    request: when it no longer resolves to itself (it, or a directory above it, was swapped for a link since
+    boot) nothing in it is served, since the link could lead anywhere; a file that cannot be found does the same
+    to tell an unreadable or moved directory from a missing file. The usual file, regular and reached through
+    no link at all, is opened first in three system calls (`_open_link_free`); anything else takes the full check.
     """
 
     def __init__(self, skill_dir: str) -> None:
         self._given = skill_dir
         # Compared with a trailing "/" so a sibling such as "<skill>-evil" is not taken for inside.
         self._given_prefix = os.path.join(skill_dir, "")
-        self._resolved: str | None = None
+        self._in_place = False
 
-    def real_dir(self) -> str:
-        """The directory's real path now; PathRefused when it has none (§6.2 step 2)."""
-        if self._resolved is None:
-            try:
-                self._resolved = _real_dir(self._given)
-            except OSError:
-                raise PathRefused(
-                    "the skill's directory is not readable",
-                    "The skills slot may not be mounted; call skill_list to see what is served.",
-                ) from None
-        return self._resolved
+    def check_in_place(self) -> None:
+        """PathRefused unless the directory still resolves to the real path discovery found (§6.2 step 2)."""
+        if self._in_place:
+            return
+        try:
+            resolved = _real_dir(self._given)
+        except OSError:
+            raise PathRefused(
+                "the skill's directory is not readable",
+                "The skills slot may not be mounted; call skill_list to see what is served.",
+            ) from None
+        if resolved != self._given:
+            raise PathRefused(
+                "the skill's directory is no longer where the server found it at start: it was moved, or it or a "
+                "directory above it was replaced by a link",
+                "Restart the server to serve the skills as they are now; call skill_list to see what is served.",
+            )
+        self._in_place = True
 
     def open(self, rel: str) -> tuple[int, str, os.stat_result]:
         """A descriptor open for reading on regular file `rel` inside this skill, its real path, and the
@@ -230,7 +238,8 @@ class SkillDir:
         return fd, real, status
 
     def _check(self, rel: str, real: str, status: os.stat_result) -> None:
-        if not (real.startswith(self._given_prefix) or _is_within(real, self.real_dir())):
+        if not real.startswith(self._given_prefix):
+            self.check_in_place()
             raise PathRefused(
                 f'"{rel}" resolves outside the skill\'s own directory',
                 "A file or symlink may only be read from inside its own skill.",
@@ -239,9 +248,5 @@ class SkillDir:
             raise NotRegularFile(f'"{rel}"')
 
     def _not_a_file(self, rel: str) -> PathRefused:
-        self.real_dir()  # an unreadable directory is reported as such
+        self.check_in_place()  # an unreadable or moved directory is reported as such
         return PathRefused(f'"{rel}" is not a file in this skill', "Call skill_load for the exact files.")
-
-
-def _is_within(real: str, real_dir: str) -> bool:
-    return real == real_dir or real.startswith(os.path.join(real_dir, ""))

@@ -41,8 +41,11 @@ def minified(value: Any) -> str:
 
     try:
         return to_json(value).decode()
-    except PydanticSerializationError:  # a lone surrogate (a YAML "\ud800") is no UTF-8; json keeps it as is
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except PydanticSerializationError:
+        # A lone surrogate (a root path's non-UTF-8 byte) is no UTF-8: written as its JSON escape, `\udcff`,
+        # it reaches the client as the same string and leaves the line writable.
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def find_skill(deployment: Deployment, name: str) -> Skill:

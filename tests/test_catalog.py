@@ -236,6 +236,39 @@ def test_same_root_twice_serves_each_skill_once(root):
     assert (names(catalog), catalog.problems) == (["alpha", "beta"], ())
 
 
+@pytest.mark.parametrize("order", ["outer-first", "inner-first"])
+def test_a_root_another_root_reported_without_skill_md_is_still_scanned(root, order):
+    make_skill(root, "gamma")
+    make_skill(root / "group", "beta")
+    roots = [str(root), str(root / "group")]
+    catalog = discover(roots if order == "outer-first" else roots[::-1], 32)
+    assert sorted(names(catalog)) == ["beta", "gamma"]
+    # reported once when the outer root saw it first, and not at all when it was scanned as a root first
+    expected = [(str(root / "group"), "no-skill-md")] if order == "outer-first" else []
+    assert reasons(catalog) == expected
+
+
+def test_a_skill_another_root_already_read_is_not_read_again_as_a_root(root):
+    make_skill(root, "alpha")
+    catalog = discover([str(root), str(root / "alpha")], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
+
+
+@pytest.mark.parametrize("kind", ["dangling-link", "directory"])
+def test_a_root_whose_skill_md_is_no_file_is_scanned_for_skills(root, kind):
+    # Layout A needs SKILL.md to be a file (following links); otherwise the root holds skills (§3.2).
+    make_skill(root, "alpha")
+    if kind == "dangling-link":
+        (root / "SKILL.md").symlink_to(root / "missing")
+    else:
+        (root / "SKILL.md").mkdir()
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["alpha"]
+    # and the entry scan reports the entry itself
+    reason = "no-skill-md" if kind == "directory" else "symlink-escape"
+    assert reasons(catalog) == [(str(root / "SKILL.md"), reason)]
+
+
 def test_problem_order_is_collection_then_missing_skill_md_then_reads(tmp_path, root):
     make_skill(root, "a-bad", "name: [unclosed\n")
     (root / "b-empty").mkdir()

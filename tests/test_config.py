@@ -3,8 +3,10 @@
 import os
 
 import pytest
+from conftest import make_skill
 from hypothesis import given
 from hypothesis import strategies as st
+from support import deployment_for
 
 from skill_mcp.config import BUNDLED_ROOT, Config, ConfigWarning, load_config, read_var
 
@@ -216,3 +218,15 @@ def test_any_other_value_is_kept_stripped(value):
         assert read_var({"V": value}, "V") == stripped
     else:
         assert read_var({"V": value}, "V") is None
+
+
+def test_a_deleted_working_directory_costs_only_the_relative_roots(tmp_path, monkeypatch):
+    make_skill(tmp_path / "skills", "alpha")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    deployment = deployment_for({"SKILLS_DIR": f"{tmp_path / 'skills'}:relative"})
+    assert deployment.config.roots == (str(tmp_path / "skills"), "relative")
+    assert [skill.name for skill in deployment.skills] == ["alpha"]
+    assert [(problem.path, problem.reason) for problem in deployment.problems] == [("relative", "root-unreadable")]

@@ -79,6 +79,26 @@ def test_yaml_errors_are_positioned_in_skill_md():
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
+        ('a: 1\nd: "bell\x07"\n', "special characters are not allowed: U+0007 (line 3, column 9)"),
+        ("d: nul\x00\n", "special characters are not allowed: U+0000 (line 2, column 7)"),
+        ("d: \x9fx\n", "special characters are not allowed: U+009F (line 2, column 4)"),
+        ('d: "x\\ud800y"\n', "a \\u escape gives a lone surrogate, which is not a character (line 2, column 4)"),
+        ('"\\udc00": 1\n', "a \\u escape gives a lone surrogate, which is not a character (line 2, column 1)"),
+    ],
+)
+def test_characters_no_json_answer_could_carry_are_yaml_errors(raw, expected):
+    # A control character is a ruamel ReaderError, which carries an offset instead of a mark; a lone surrogate
+    # would pass the parser and break every answer that echoes the skill (the server's stdout writer).
+    assert error_of(f"---\n{raw}---\n") == f"SKILL.md frontmatter is not valid YAML: {expected}"
+
+
+def test_escaped_surrogate_pairs_join_into_one_character():
+    frontmatter, _ = parse_skill_md('---\nd: "\\ud83d\\ude00 \\U0001F600"\n\\ud83d\\ude00: k\n---\n')
+    assert frontmatter == {"d": "\U0001F600 \U0001F600", "\\ud83d\\ude00": "k"}
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
         ("a: &x 1\nb: *x\n", 'SKILL.md frontmatter uses an anchor or alias ("&x"), which is refused (line 2, column 4)'),
         ("a: *x\n", 'SKILL.md frontmatter uses an anchor or alias ("*x"), which is refused (line 2, column 4)'),
         ("%YAML 1.1\n--- {a: yes}\n", "SKILL.md frontmatter uses a directive (%YAML), which is refused (line 2, column 1)"),

@@ -64,11 +64,6 @@ def test_path_through_a_directory_link_inside_resolves(layout):
     assert resolve_in_skill(str(skill), "lib/util.js") == str(skill / "scripts" / "lib" / "util.js")
 
 
-def test_skill_directory_reached_through_a_link_still_works(layout):
-    os.symlink(layout / "skill", layout / "skill-link")
-    assert resolve_in_skill(str(layout / "skill-link"), "notes.md") == str(layout / "skill" / "notes.md")
-
-
 @pytest.mark.parametrize(
     ("link_name", "target", "rel"),
     [
@@ -119,19 +114,31 @@ def test_skill_directory_replaced_by_a_file_leaves_no_file_in_it(layout):
     assert refusal(layout / "now-a-file", "notes.md").message == '"notes.md" is not a file in this skill'
 
 
-def test_a_skill_directory_swapped_for_a_link_is_judged_where_it_now_resolves(layout):
-    # The real path discovery found stops being real; the check falls back to resolving the directory now.
-    skill, moved = layout / "skill", layout / "moved"
+MOVED = (
+    "the skill's directory is no longer where the server found it at start: it was moved, or it or a directory "
+    "above it was replaced by a link"
+)
+
+
+@pytest.mark.parametrize("swapped", ["skill", "parent"])
+def test_a_skill_directory_swapped_for_a_link_serves_nothing(layout, swapped):
+    # The link could lead anywhere (here: to the directory of the outside files), so no file of it is judged
+    # against where it now resolves; every path, present or not, gets the same refusal.
+    skill = layout / "skill"
     directory = SkillDir(str(skill))
-    skill.rename(moved)
-    os.symlink(moved, skill)
-    os.symlink("../outside.txt", moved / "leak.txt")
-    fd, real, _ = directory.open("notes.md")
-    os.close(fd)
-    assert real == str(moved / "notes.md")
-    with pytest.raises(PathRefused) as caught:
-        directory.open("leak.txt")
-    assert caught.value.message == '"leak.txt" resolves outside the skill\'s own directory'
+    if swapped == "skill":
+        skill.rename(layout / "moved")
+        (layout / "outdir" / "notes.md").write_text("secret")
+        os.symlink(layout / "outdir", skill)
+    else:
+        moved = layout.with_name(f"{layout.name}-moved")
+        layout.rename(moved)
+        os.symlink(moved, layout)
+    for rel in ("notes.md", "secret.txt", "scripts/ok.js", "missing.md"):
+        with pytest.raises(PathRefused) as caught:
+            directory.open(rel)
+        assert caught.value.message == MOVED
+        assert "Restart the server" in caught.value.hint
 
 
 def test_a_directory_gone_after_discovery_is_reported_unreadable_for_every_file(layout):

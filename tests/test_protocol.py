@@ -564,6 +564,22 @@ async def test_malformed_skill_uris_are_invalid_params(deployment, era, uri):
         assert "skill://" in raised.value.error.message or "UTF-8" in raised.value.error.message
 
 
+async def test_a_skill_directory_swapped_for_a_link_after_boot_serves_nothing(deployment, tree, tmp_path, era):
+    # Discovery refused a skill directory linking out of its root; one swapped in after boot is refused at read.
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    (decoy / "SKILL.md").write_text("host secret\n")
+    (tree / "alpha").rename(tmp_path / "alpha-away")
+    os.symlink(decoy, tree / "alpha")
+    moved = "the skill's directory is no longer where the server found it at start"
+    async with connect(deployment, era) as client:
+        entry = payload(await client.call_tool("skill_file", {"name": "alpha", "paths": ["SKILL.md"]}))["files"][0]
+        assert moved in entry["error"] and "secret" not in json.dumps(entry)
+        with pytest.raises(MCPError) as raised:
+            await client.read_resource("skill://alpha/SKILL.md", cache_mode="bypass")
+        assert raised.value.error.code == INVALID_PARAMS and moved in raised.value.error.message
+
+
 async def test_a_symlink_planted_after_boot_is_refused_on_read(deployment, tree, tmp_path, era):
     outside = tmp_path / "outside.txt"
     outside.write_text("outside secret\n")
