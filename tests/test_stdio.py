@@ -118,6 +118,20 @@ def test_garbage_lines_do_not_stop_the_server(tree):
     assert_stdout_is_only_json_rpc(client)
 
 
+def test_a_non_utf8_root_is_answered_as_json_escapes(tmp_path):
+    # The root's byte 0xff decodes to a lone surrogate, which no UTF-8 line can carry; the SDK's writer used to
+    # die on it, taking the session down.
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/bad\xff"))
+    write_skill(root, "alpha", "name: alpha\ndescription: A.\n", "Alpha body.\n")
+    with running(MODULE, clean_environ(SKILLS_DIR=str(root))) as client:
+        legacy_handshake(client)
+        listed = tool_payload(client.request("tools/call", {"name": "skill_list", "arguments": {}}))
+        assert listed["roots"] == [str(root)] and listed["skills"][0]["source"] == str(root)
+        assert b"\\udcff" in client.stdout_lines[-1]
+        client.close_stdin()
+        assert client.wait() == 0
+
+
 def test_modern_era_on_the_wire_with_the_request_envelope(tree):
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         discovered = client.request("server/discover", {"_meta": ENVELOPE})["result"]
