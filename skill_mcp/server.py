@@ -40,7 +40,8 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     log = get_logger()
     tool_models = [types.Tool.model_validate(tool) for tool in TOOLS]
 
-    async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        bad_request("tools/list", lambda: surfaces.single_page(params and params.cursor))
         return types.ListToolsResult(tools=tool_models)
 
     # Each boot-time answer is rendered once; at most one per served skill, plus the listing.
@@ -81,7 +82,8 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
                 code=types.INTERNAL_ERROR, message=f"an internal error occurred in {method}; see the server log"
             ) from None
 
-    async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> types.ListPromptsResult:
+    async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        bad_request("prompts/list", lambda: surfaces.single_page(params and params.cursor))
         return types.ListPromptsResult.model_validate({"prompts": surfaces.prompts(deployment)})
 
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
@@ -99,7 +101,10 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
             resource_pages[cursor] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return resource_pages[cursor]
 
-    async def list_templates(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourceTemplatesResult:
+    async def list_templates(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        bad_request("resources/templates/list", lambda: surfaces.single_page(params and params.cursor))
         return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": [surfaces.RESOURCE_TEMPLATE]})
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:

@@ -34,7 +34,7 @@ def instructions(deployment: Deployment) -> str:
     if not skills:
         lines.append("No skills were found; call skill_list for the problems that say why.")
     for skill in skills[:_INSTRUCTION_SKILLS]:
-        description = " ".join((skill.description or "").split("\n"))
+        description = " ".join((skill.description or "").splitlines())  # \r, \u2028, ... end a line too
         if len(description) > _INSTRUCTION_DESCRIPTION_CHARS:
             description = description[: _INSTRUCTION_DESCRIPTION_CHARS - 1] + "…"
         lines.append(f"- {skill.name}: {description}" if description else f"- {skill.name}")
@@ -113,11 +113,17 @@ def page_start(cursor: str | None, total: int, page_size: int) -> int:
     """Cursors are the decimal offset of a page boundary; anything else is unknown."""
     if cursor is None:
         return 0
-    if cursor.isdigit() and cursor == str(int(cursor)):
+    if cursor.isascii() and cursor.isdigit() and cursor == str(int(cursor)):  # "²" is a digit to Python
         start = int(cursor)
         if 0 < start < total and start % page_size == 0:
             return start
     raise BadRequest(f"unknown cursor {cursor[:64]!r}; start again without a cursor")
+
+
+def single_page(cursor: str | None) -> None:
+    """A list answered in one page (tools, prompts, templates) knows no cursor."""
+    if cursor is not None:
+        raise BadRequest(f"unknown cursor {cursor[:64]!r}; this list has a single page, request it without a cursor")
 
 
 RESOURCE_TEMPLATE = {

@@ -111,6 +111,12 @@ async def test_instructions_list_the_served_skills(deployment, era):
         )
 
 
+async def test_instructions_keep_each_description_on_one_line(root, era):
+    write_skill(root, "alpha", 'name: alpha\ndescription: "one\\r\\ntwo\\rthree\\u2028four\\x85five"\n')
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        assert client.instructions.splitlines()[1:] == ["- alpha: one two three four five"]
+
+
 async def test_instructions_with_no_skills_point_at_skill_list(root, era):
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         assert client.instructions == (
@@ -476,12 +482,25 @@ async def test_an_unknown_cursor_is_invalid_params(root, era):
     write_skill(root, "alpha", files={f"f{index:04d}.txt": "x" for index in range(600)})
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         assert (await client.list_resources()).next_cursor is not None
-        for cursor in ["bogus", "999999", "601", "-500", "0500", "250", "1e3", ""]:
+        for cursor in ["bogus", "999999", "601", "-500", "0500", "250", "1e3", "", "５００", "²"]:
             with pytest.raises(MCPError) as raised:
                 await client.list_resources(cursor=cursor, cache_mode="bypass")
             assert raised.value.error.code == INVALID_PARAMS, cursor
             assert raised.value.error.message == f"unknown cursor {cursor!r}; start again without a cursor"
         assert len((await client.list_resources(cache_mode="bypass")).resources) == 500
+
+
+async def test_single_page_lists_refuse_any_cursor(deployment, era):
+    async with connect(deployment, era) as client:
+        for method in ("list_tools", "list_prompts", "list_resource_templates"):
+            for cursor in ["bogus", "0", ""]:
+                with pytest.raises(MCPError) as raised:
+                    await getattr(client, method)(cursor=cursor, cache_mode="bypass")
+                assert (raised.value.error.code, raised.value.error.message) == (
+                    INVALID_PARAMS,
+                    f"unknown cursor {cursor!r}; this list has a single page, request it without a cursor",
+                ), method
+            assert (await getattr(client, method)(cache_mode="bypass")).next_cursor is None
 
 
 async def test_resource_templates(deployment, era):
