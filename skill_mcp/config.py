@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from skill_mcp.limits import MAX_SKILLS_CEILING, MAX_SKILLS_DEFAULT
+from skill_mcp.limits import MAX_SKILLS_CEILING, MAX_SKILLS_DEFAULT, PROXY_VARIABLES
 
 BUNDLED_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "skills")
 
@@ -17,7 +17,6 @@ CONFIRM_MODES = ("ask-user", "auto", "refuse")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "console")
 HOSTED_MARKERS = ("MCP_SKILLS_PATH", "MCP_HOST_METER_FILE", "MCP_DATA_DIR", "MCP_BLOB_BASE_URL")
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 # setrlimit takes a 64-bit value; anything larger could only fail in the child at spawn time.
 RLIMIT_MAX = 2**62
 MIB = 1048576

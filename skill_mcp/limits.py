@@ -35,8 +35,13 @@ INTERPRETERS = ("node", "python3")
 
 AMBIENT_SCRIPT_ALLOWLIST = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
+
+# §9.6's list, plus the proxy variables, which are never handed to scripts either (§2.2): a proxy URL can carry
+# credentials. A declaration asking for any of these draws a problem; the environment drops it regardless.
 RESERVED_SCRIPT_ENV = frozenset(
     {
+        *PROXY_VARIABLES,
         "MCP_SKILLS_PATH", "MCP_SKILL_RUN", "SKILLS_DIR", "MCP_HOST_METER_FILE", "MCP_BLOB_BASE_URL",
         "MCP_BLOB_SIGNING_KEY", "MCP_SKILL_ALLOW_UNSCRUBBED", "MCP_CONFIRM_MODE", "MCP_CONFIRM_ELICITATION",
         "MCP_CONFIRM_TTL_SECONDS", "MCP_CONFIRM_SECRET", "MCP_HOST_CONFIRM_SECRET", "MCP_MAX_SKILLS",

@@ -266,10 +266,11 @@ def test_env_items():
 
 
 def test_acceptance_62_reserved_names_are_dropped_and_named():
-    entry, findings = one_run("      env: [OK_VAR, MCP_SKILLS_PATH, MCP_CONFIRM_SECRET]\n")
+    # The proxy variables too: §2.2 says they are never handed to scripts (a proxy URL can carry credentials).
+    entry, findings = one_run("      env: [OK_VAR, MCP_SKILLS_PATH, MCP_CONFIRM_SECRET, HTTPS_PROXY, http_proxy]\n")
     assert entry.env == ("OK_VAR",)
-    assert len(findings) == 2
-    assert "MCP_SKILLS_PATH" in findings[0] and "MCP_CONFIRM_SECRET" in findings[1]
+    refused = ["MCP_SKILLS_PATH", "MCP_CONFIRM_SECRET", "HTTPS_PROXY", "http_proxy"]
+    assert all(name in finding for name, finding in zip(refused, findings, strict=True))
     assert all(AT in finding and "reserved" in finding for finding in findings)
 
 

@@ -99,7 +99,7 @@ def test_script_environment_order_raw_values_and_reserved_names() -> None:
         "B": "undefined", "A": "${A}", "NODE_OPTIONS": "--require x", "MCP_SKILL_RUN": "[]", "LC_ALL": "C",
         "HTTPS_PROXY": "http://p", "USER": "u",
     }
-    handed = script_environment(environ, ["B", "NODE_OPTIONS", "A", "MISSING", "B", "MCP_SKILL_RUN"])
+    handed = script_environment(environ, ["B", "NODE_OPTIONS", "A", "MISSING", "B", "MCP_SKILL_RUN", "HTTPS_PROXY"])
     assert list(handed.items()) == [
         ("PATH", "/bin"), ("HOME", "/h"), ("LANG", "C.UTF-8"), ("TZ", ""), ("TMPDIR", "/t"),
         ("MCP_DATA_DIR", " /d "), ("B", "undefined"), ("A", "${A}"),
