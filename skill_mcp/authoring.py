@@ -197,5 +197,10 @@ def _deployment(roots: tuple[str, ...], apply_owner_grant: bool) -> Deployment:
 def _print(text: str) -> None:
     # A root given as an argument or variable may hold undecodable bytes; print them escaped, not crash.
     sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-    if text:
-        print(text)
+    if not text:
+        return
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # The reader left (`| head`): the rest goes nowhere, as in any pipeline, and the exit code still reports.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -79,7 +79,7 @@ def serve() -> int:
     deployment, warnings = build_deployment(os.environ, scrub=scrub, non_dumpable=non_dumpable)
     configure_logging(deployment.config.log_level, deployment.config.log_format)
     log = get_logger()
-    log_boot(log, deployment, warnings, scrub.status, unavailable_levers)
+    log_boot(log, deployment, warnings, scrub, unavailable_levers)
     runs = RunService(deployment)
     server = build_server(deployment, runs.call)
 
@@ -87,7 +87,7 @@ def serve() -> int:
         killed = runs.kill_active()
         log.info("shutdown", reason=reason, killedRun=killed)
 
-    anyio.run(serve_stdio, server, on_shutdown)
+    anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end)
     return EXIT_OK
 
 

@@ -61,9 +61,11 @@ def _read_file(path: str) -> bytes:
 
 
 def _rehome_environ() -> None:
-    # setenv copies "name=value" to the heap and repoints environ[], so getenv survives the wipe.
+    # setenv copies "name=value" to the heap and repoints environ[], so getenv survives the wipe. An entry with
+    # no name ("=x", which execve allows) cannot be set, and no lookup can find it: it is wiped with the rest.
     for name, value in list(os.environb.items()):
-        os.putenv(name, value)
+        if name:
+            os.putenv(name, value)
 
 
 def _write_mem(offset: int, data: bytes) -> None:

@@ -13,6 +13,7 @@ from .version import VERSION
 if TYPE_CHECKING:
     from .config import ConfigWarning
     from .deployment import Deployment
+    from .hardening import ScrubResult
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -43,12 +44,18 @@ def get_logger() -> Any:
 
 
 def log_boot(
-    log: Any, deployment: Deployment, warnings: list[ConfigWarning], scrub_status: str, unavailable_levers: list[str]
+    log: Any, deployment: Deployment, warnings: list[ConfigWarning], scrub: ScrubResult, unavailable_levers: list[str]
 ) -> None:
     """The start-up events (§13): warnings, `boot`, one `problem` each, and a `ready` line for people."""
     config = deployment.config
     for warning in warnings:
         log.warning("config.warning", variable=warning.variable, problem=warning.problem)
+    # §9.7: each hardening step that failed warns, whether or not it blocks runs.
+    if scrub.status == "failed":
+        log.warning("hardening.warning", step="environ-scrub", problem=scrub.reason)
+    if scrub.status != "unsupported" and not deployment.hardening.non_dumpable:
+        problem = "prctl(PR_SET_DUMPABLE, 0) did not hold; a script of this uid could read this server's memory"
+        log.warning("hardening.warning", step="non-dumpable", problem=problem)
     if deployment.grant.grant_error:
         log.warning("config.warning", variable="MCP_SKILL_RUN", problem=deployment.grant.grant_error)
     for lever in unavailable_levers:
@@ -63,7 +70,7 @@ def log_boot(
         skills=len(deployment.skills),
         problems=len(deployment.problems),
         interpreters=dict(deployment.interpreters),
-        environScrub=scrub_status,
+        environScrub=scrub.status,
         nonDumpable=deployment.hardening.non_dumpable,
         maxSkills=config.max_skills,
         confirmMode=config.confirm_mode,

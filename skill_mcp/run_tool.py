@@ -72,7 +72,7 @@ class RunService:
         self._random_bytes = random_bytes
         self._busy = False
         self._active_pid: int | None = None
-        self._interrupted_run = False
+        self._running_at_input_end = False
         self._log = get_logger()
 
     # --- entry points -------------------------------------------------------------------------
@@ -97,12 +97,17 @@ class RunService:
             return await self._path_input_required(ctx, draft)
         return await self._path_token(draft, token)
 
+    def note_input_end(self) -> None:
+        """The client closed stdin. The SDK then cancels the calls in flight, killing a running script before
+        `kill_active` is asked; what runs now is what the shutdown kills."""
+        self._running_at_input_end = self._active_pid is not None
+
     def kill_active(self) -> bool:
         """On shutdown: kill a running script's group; True when a run was in flight."""
         if self._active_pid is not None:
             kill_process_group(self._active_pid)
             return True
-        return self._interrupted_run
+        return self._running_at_input_end
 
     # --- the preview stage (§9.1 steps 2-7) -----------------------------------------------------
 
@@ -324,9 +329,6 @@ class RunService:
                 if not spent_now:
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
             return await self._spawn(draft)
-        except anyio.get_cancelled_exc_class():
-            self._interrupted_run = True  # the client left mid-run; run_process killed the group
-            raise
         finally:
             self._busy = False
             self._active_pid = None
@@ -347,8 +349,17 @@ class RunService:
                 envNames=sorted(env),
             )
 
+        started_at = time.monotonic()
         try:
             outcome = await run_process(argv, draft.skill.real_dir, env, timeout_ms, limits, on_start=started)
+        except anyio.get_cancelled_exc_class():
+            # The client cancelled the call or left: run_process killed the group, and nothing was captured.
+            self._log.info(
+                "run.end", skill=draft.skill.name, script=entry.script, exitCode=None, signal="SIGKILL",
+                timedOut=False, durationMs=int((time.monotonic() - started_at) * 1000), truncated=None,
+                stdoutBytes=None, stderrBytes=None, env=sorted(env), cancelled=True,
+            )
+            raise
         except SpawnFailed as failed:
             self._log.warning("run.refused", skill=draft.skill.name, script=entry.script, reason="spawn-failed")
             runs = ", ".join(sorted(deployment.interpreters)) or "none"
@@ -389,16 +400,22 @@ class RunService:
 
     # --- logs -----------------------------------------------------------------------------------
 
+    def _logged_path(self, path: str) -> str:
+        # In refuse mode the token path is where every run stops; the logs name it so (§13).
+        return "refused" if path == "token" and self._mode() == "refuse" else path
+
     def _log_preview(self, draft: Draft, path: str) -> None:
-        shown_path = "refused" if path == "token" and self._mode() == "refuse" else path
         self._log.info(
             "run.preview", skill=draft.skill.name, script=draft.entry.script, interpreter=draft.entry.interpreter,
             argc=len(draft.args), argBytes=_arg_bytes(draft.args), argvSha256=argv_digest(draft),
-            envNames=draft.will_run["envNames"], confirmPath=shown_path,
+            envNames=draft.will_run["envNames"], confirmPath=self._logged_path(path),
         )
 
     def _log_confirm(self, draft: Draft, path: str, decision: str | None) -> None:
-        self._log.info("run.confirm", skill=draft.skill.name, script=draft.entry.script, confirmPath=path, decision=decision)
+        self._log.info(
+            "run.confirm", skill=draft.skill.name, script=draft.entry.script, confirmPath=self._logged_path(path),
+            decision=decision,
+        )
 
 
 def _decision(answer: Any) -> str:

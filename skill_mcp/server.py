@@ -169,8 +169,11 @@ def _register_skills_extension(
     )
 
 
-async def serve_stdio(server: Server[Any], on_shutdown: Callable[[str], Awaitable[None]]) -> None:
-    """Serve until stdin closes or a signal arrives, then shut down cleanly with exit status 0."""
+async def serve_stdio(
+    server: Server[Any], on_shutdown: Callable[[str], Awaitable[None]], on_input_end: Callable[[], None] = lambda: None
+) -> None:
+    """Serve until stdin closes or a signal arrives, then shut down cleanly with exit status 0. `on_input_end`
+    runs when the last message has been read, before the SDK cancels the calls still in flight."""
     from mcp.server.stdio import stdio_server
 
     async with anyio.create_task_group() as group:
@@ -186,6 +189,34 @@ async def serve_stdio(server: Server[Any], on_shutdown: Callable[[str], Awaitabl
 
         group.start_soon(watch_signals)
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            messages = _NoticingEnd(read_stream, on_input_end)
+            await server.run(messages, write_stream, server.create_initialization_options())  # type: ignore[arg-type]
         group.cancel_scope.cancel()
     await on_shutdown("eof")
+
+
+class _NoticingEnd:
+    """The SDK's read stream, unchanged but for a callback when it ends (the SDK offers no hook there)."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream, self._on_end = stream, on_end
+
+    async def __aenter__(self) -> _NoticingEnd:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._stream.__aexit__(*exc_info)
+
+    def __aiter__(self) -> _NoticingEnd:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._stream.__anext__()
+        except StopAsyncIteration:
+            self._on_end()
+            raise
+
+    def __getattr__(self, name: str) -> Any:  # e.g. `last_context`, read per message
+        return getattr(self._stream, name)

@@ -295,3 +295,16 @@ def test_134_skills_report_the_limit_by_default_and_list_all_under_a_raised_one(
     code, stdout, _ = run_cli(["list", str(root)], elsewhere, {"MCP_MAX_SKILLS": "200"})
     assert code == 0 and len(stdout.splitlines()) == 1 + 134 + 1
     assert run_cli(["check", str(root)], elsewhere, {"MCP_MAX_SKILLS": "200"})[0] == 0
+
+
+@pytest.mark.parametrize("command", ["list", "check"])
+def test_a_reader_that_leaves_early_is_no_crash(elsewhere: Path, command: str) -> None:
+    # `skill-mcp list --json | head -1`: the pipe's reader is gone before anything is written.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([*ENTRY_POINTS["script"], command, "--json"], cwd=elsewhere, env=BASE_ENV,
+                              stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, b"")  # the bundled demo: no problems

@@ -274,3 +274,21 @@ def is_gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return state in (b"Z", b"X")
+
+
+@linux_only
+def test_a_nameless_environ_entry_is_wiped_not_a_failed_scrub(tmp_path: Path) -> None:
+    # execve accepts "=x"; setenv refuses an empty name, which used to fail the scrub and block every hosted run.
+    exec_server = (
+        "import ctypes, sys\n"
+        "argv = [sys.executable.encode(), b'-m', b'skill_mcp']\n"
+        "envp = [b'PATH=/usr/bin:/bin', b'=nameless', b'MCP_SKILLS_PATH=' + sys.argv[1].encode(), b'MCP_SKILL_RUN=[]']\n"
+        "ctypes.CDLL(None).execve(argv[0], (ctypes.c_char_p * 4)(*argv, None), (ctypes.c_char_p * 5)(*envp, None))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", exec_server, str(tmp_path)], cwd=REPO, input=b"",
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stderr.splitlines()]
+    (boot,) = [event for event in events if event["event"] == "boot"]
+    assert (boot["hosted"], boot["environScrub"]) == (True, "scrubbed")
+    assert not [event for event in events if event["level"] == "warning"]

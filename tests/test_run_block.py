@@ -1,11 +1,14 @@
-"""A failed environ scrub on a hosted server blocks every run, fail closed (SPEC §9.7 step 3; §17 items 122–123)."""
+"""A failed environ scrub on a hosted server blocks every run, fail closed, and any failed hardening step warns
+(SPEC §9.7; §17 items 122–123)."""
 
 from __future__ import annotations
 
 import pytest
+import structlog.testing
 from support import ERAS, connect, deployment_for, error_text, payload
 
 from skill_mcp.hardening import ScrubResult
+from skill_mcp.logs import get_logger, log_boot
 
 FAILED = ScrubResult("failed", reason="/proc/self/stat carries no usable env_start/env_end (nothing written)")
 GRANT = '[{"skill": "skill-mcp-demo", "script": "scripts/report.py"}]'
@@ -55,3 +58,26 @@ async def test_the_override_or_standalone_reaches_confirmation(era, environ) -> 
     assert answer["status"] == "confirmation-required"
     assert all(problem["reason"] != "environ-unscrubbed" for problem in listing["problems"])
     assert [skill["executable"] for skill in listing["skills"]] == [True]
+
+
+@pytest.mark.parametrize("environ", [HOSTED, {**HOSTED, "MCP_SKILL_ALLOW_UNSCRUBBED": "1"}, {"PATH": "/usr/bin"}])
+@pytest.mark.parametrize("non_dumpable", [True, False])
+def test_each_failed_hardening_step_warns_at_boot(environ, non_dumpable) -> None:
+    # §9.7: a failed scrub warns always (blocked or not); a failed PR_SET_DUMPABLE warns and blocks nothing.
+    deployment = deployment_for(environ, scrub=FAILED, non_dumpable=non_dumpable)
+    with structlog.testing.capture_logs() as events:
+        log_boot(get_logger(), deployment, [], FAILED, [])
+    warned = [(event["step"], event["problem"]) for event in events if event["event"] == "hardening.warning"]
+    expected = [("environ-scrub", FAILED.reason)]
+    if not non_dumpable:
+        expected.append(("non-dumpable", "prctl(PR_SET_DUMPABLE, 0) did not hold; a script of this uid could read this server's memory"))
+    assert warned == expected
+    (boot,) = [event for event in events if event["event"] == "boot"]
+    assert (boot["environScrub"], boot["nonDumpable"]) == ("failed", non_dumpable)
+
+
+def test_a_scrubbed_and_non_dumpable_boot_does_not_warn() -> None:
+    scrubbed = ScrubResult("scrubbed", wiped_bytes=100)
+    with structlog.testing.capture_logs() as events:
+        log_boot(get_logger(), deployment_for({"PATH": "/usr/bin"}, scrub=scrubbed, non_dumpable=True), [], scrubbed, [])
+    assert not [event for event in events if event["log_level"] == "warning"]

@@ -860,7 +860,7 @@ async def test_refuse_mode_is_confirmation_unsupported_even_with_a_token(fence: 
     assert payload(plain) == unsupported("no-elicitation")
     assert payload(with_token) == unsupported("no-elicitation")
     assert [(e["event"], e.get("confirmPath"), e.get("decision")) for e in events(logs)] == [
-        ("run.preview", "refused", None), ("run.confirm", "token", "confirmation-unsupported")] * 2
+        ("run.preview", "refused", None), ("run.confirm", "refused", "confirmation-unsupported")] * 2
     assert fence.runs() == []
 
 

@@ -72,3 +72,22 @@ def test_shutdown_kills_the_running_script_and_exits_zero(tmp_path, how: str) ->
     assert len(shutdown) == 1
     assert shutdown[0]["reason"] == how
     assert shutdown[0]["killedRun"] is True, events
+
+
+def test_a_cancelled_run_logs_its_end_and_is_not_killed_again_at_shutdown(tmp_path) -> None:
+    server, script_pid = start_slow_run(tmp_path)
+    server.notify("notifications/cancelled", {"requestId": 99, "reason": "user stopped it"})
+    deadline = time.monotonic() + 5
+    while alive(script_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(script_pid)
+    assert server.request("ping")["result"] == {}  # the session goes on
+    server.close_stdin()
+    assert server.wait() == 0
+    events = server.log_events()
+    (end,) = [event for event in events if event["event"] == "run.end"]
+    assert (end["cancelled"], end["exitCode"], end["signal"], end["skill"], end["script"]) == (
+        True, None, "SIGKILL", "slow", "slow.py",
+    )  # fmt: skip
+    (shutdown,) = [event for event in events if event["event"] == "shutdown"]
+    assert (shutdown["reason"], shutdown["killedRun"]) == ("eof", False)
