@@ -1110,3 +1110,40 @@ async def test_demo_runs_through_the_elicitation_paths(era: str, script: str) ->
         result = await client.call_tool("skill_run", arguments)
     assert len(asker.questions) == 1 and script in asker.questions[0].message
     check_demo(result, script)
+
+
+LIMITS_SKILL = """\
+name: limits
+description: Reports its limits, or fails.
+mcp-host:
+  version: 1
+  run:
+    - script: report.py
+      interpreter: python3
+    - script: fail.py
+      interpreter: python3
+"""
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+async def test_configured_limits_reach_the_script_and_a_fenced_failure_carries_the_network_note(
+    tmp_path: Path, fenced: bool
+) -> None:
+    # §17 items 117 and 119 end to end: the environment → the deployment → the child and the listing.
+    report = (Path(REPO) / "tests" / "fixtures" / "scripts" / "limits_report.py").read_text()
+    write_skill(tmp_path, "limits", LIMITS_SKILL, files={"report.py": report, "fail.py": "raise SystemExit(3)\n"})
+    environ = {"SKILLS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON,
+               "MCP_SKILL_RLIMIT_NPROC": "4000", "MCP_SKILL_RLIMIT_AS_MB": "2048"}
+    if fenced:
+        environ["MCP_EGRESS_FENCED"] = "1"
+    service = RunService(deployment_for(environ))
+    async with connect(service.deployment, "legacy", service.call) as client:
+        hardening = payload(await client.call_tool("skill_list", {}))["hardening"]
+        reported = await confirmed_run(client, call("limits", "report.py"))
+        failed = await confirmed_run(client, call("limits", "fail.py"))
+    assert (hardening["rlimitNproc"], hardening["rlimitAsMb"]) == (4000, 2048)
+    limits = json.loads(reported["stdout"])
+    assert (limits["nproc"], limits["as"]) == (["4000", "4000"], [str(2048 * 2**20)] * 2)
+    assert "networkNote" not in reported  # it succeeded
+    assert failed["exitCode"] == 3
+    assert ("egress" in failed["networkNote"]) if fenced else ("networkNote" not in failed)
