@@ -111,6 +111,13 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
             f"not a decimal integer from 1 to {TTL_MAX_SECONDS}; confirmation mode becomes refuse",
         ))
         mode_reason = "ttl-invalid"
+    if var("MCP_CONFIRM_SECRET") is not None and not os.path.isabs(var("MCP_DATA_DIR") or ""):
+        # §11.6 keeps spent records in memory then: one approval runs once per process, not once in all.
+        warnings.append(ConfigWarning(
+            "MCP_CONFIRM_SECRET",
+            "tokens outlive a restart, but without an absolute MCP_DATA_DIR the record that one was used does not: "
+            "until it expires, an approval could run again after a restart",
+        ))
     elicitation, _ = choice("MCP_CONFIRM_ELICITATION", ("on", "off"), "on", "on")
     log_level, _ = choice("MCP_LOG_LEVEL", LOG_LEVELS, "info", "info")
     log_format, _ = choice("MCP_LOG_FORMAT", LOG_FORMATS, "json", "json")

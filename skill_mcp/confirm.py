@@ -28,7 +28,7 @@ _NONCE_PATTERN = re.compile(r"[A-Za-z0-9_-]{22}")  # 16 bytes, base64url without
 
 ConfirmPath = Literal["elicitation", "input-required", "token"]
 Mode = Literal["ask-user", "auto"]
-UnsupportedCause = Literal["no-elicitation", "elicitation-off", "ttl-invalid"]
+UnsupportedCause = Literal["no-elicitation", "elicitation-off", "ttl-invalid", "mode-unknown"]
 
 
 def canonical_json(value: Any) -> bytes:
@@ -322,6 +322,7 @@ _UNSUPPORTED_WHY: dict[str, str] = {
     "no-elicitation": "the client declares no MCP elicitation capability",
     "elicitation-off": "elicitation is disabled by MCP_CONFIRM_ELICITATION=off",
     "ttl-invalid": "MCP_CONFIRM_TTL_SECONDS is invalid (it must be a whole number of seconds from 1 to 86400)",
+    "mode-unknown": "MCP_CONFIRM_MODE is not a known mode (ask-user, auto or refuse), so it counts as refuse",
 }
 
 _REJECTION_NOTES: dict[str, str] = {

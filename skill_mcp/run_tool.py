@@ -294,8 +294,8 @@ class RunService:
 
     def _unsupported_cause(self) -> str:
         config = self.deployment.config
-        if config.confirm_mode_reason == "ttl-invalid":
-            return "ttl-invalid"
+        if config.confirm_mode_reason is not None:  # "ttl-invalid" or "mode-unknown"
+            return config.confirm_mode_reason
         return "elicitation-off" if not config.elicitation else "no-elicitation"
 
     # --- running (§9.1 steps 10-11) ---------------------------------------------------------------

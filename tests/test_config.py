@@ -230,3 +230,14 @@ def test_a_deleted_working_directory_costs_only_the_relative_roots(tmp_path, mon
     assert deployment.config.roots == (str(tmp_path / "skills"), "relative")
     assert [skill.name for skill in deployment.skills] == ["alpha"]
     assert [(problem.path, problem.reason) for problem in deployment.problems] == [("relative", "root-unreadable")]
+
+
+@pytest.mark.parametrize(
+    ("data_dir", "warned"), [(None, True), ("relative/data", True), ("/data", False)], ids=["unset", "relative", "absolute"]
+)
+def test_a_stable_secret_without_a_spent_store_that_outlives_a_restart_warns(data_dir, warned):
+    environ = {"MCP_CONFIRM_SECRET": "s3cret-value"} | ({"MCP_DATA_DIR": data_dir} if data_dir else {})
+    _, warnings = load(**environ)
+    secret_warnings = [warning for warning in warnings if warning.variable == "MCP_CONFIRM_SECRET"]
+    assert len(secret_warnings) == warned
+    assert all("s3cret" not in warning.problem and "restart" in warning.problem for warning in secret_warnings)

@@ -63,10 +63,12 @@ REJECTION_NOTES = {
     "TOKEN_INVALID": "Nothing was run: the token is not valid for this call. "
     "Call again without confirmToken for a fresh preview.",
 }
+MARK_GRANT = json.dumps([{"skill": "fence", "script": "scripts/mark.py"}])
 UNSUPPORTED_WHY = {
     "no-elicitation": "the client declares no MCP elicitation capability",
     "elicitation-off": "elicitation is disabled by MCP_CONFIRM_ELICITATION=off",
     "ttl-invalid": "MCP_CONFIRM_TTL_SECONDS is invalid (it must be a whole number of seconds from 1 to 86400)",
+    "mode-unknown": "MCP_CONFIRM_MODE is not a known mode (ask-user, auto or refuse), so it counts as refuse",
 }
 CONFIRM_SCHEMA = {
     "type": "object",
@@ -904,10 +906,21 @@ async def test_invalid_ttl_is_confirmation_unsupported(fence: Fence, era: str, t
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_stable_secret_and_data_dir_keep_spent_tokens_spent_across_a_restart(fence: Fence, era: str) -> None:
+async def test_a_mistyped_mode_says_so(fence: Fence, era: str) -> None:
+    service = fence.service(MCP_CONFIRM_MODE="ask_user")
+    async with connect(service.deployment, era, service.call) as client:
+        result = await client.call_tool("skill_run", call())
+    assert payload(result) == unsupported("mode-unknown")
+    assert fence.runs() == []
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("secret", ["MCP_CONFIRM_SECRET", "MCP_HOST_CONFIRM_SECRET"])
+async def test_stable_secret_and_data_dir_keep_spent_tokens_spent_across_a_restart(
+    fence: Fence, era: str, secret: str
+) -> None:
     data_dir = fence.base / "data"
-    grant = json.dumps([{"skill": "fence", "script": "scripts/mark.py"}])
-    extra = {"MCP_CONFIRM_SECRET": "stable-secret", "MCP_DATA_DIR": str(data_dir), "MCP_SKILL_RUN": grant}
+    extra = {secret: "stable-secret", "MCP_DATA_DIR": str(data_dir), "MCP_SKILL_RUN": MARK_GRANT}
     before = fence.service(**extra)
     async with connect(before.deployment, era, before.call) as client:
         spent = await token_for(client, call(args=["a"]))
@@ -924,6 +937,32 @@ async def test_stable_secret_and_data_dir_keep_spent_tokens_spent_across_a_resta
     assert fence.runs() == [["mark", "a"], ["mark", "b"]]
     store = data_dir / ".mcp-confirm" / "spent"
     assert (store.stat().st_mode & 0o777, len(list(store.iterdir()))) == (0o700, 2)
+
+
+async def test_the_host_secret_needs_an_absolute_data_dir_to_outlive_a_restart(fence: Fence) -> None:
+    extra = {"MCP_HOST_CONFIRM_SECRET": "host-secret", "MCP_DATA_DIR": "data", "MCP_SKILL_RUN": MARK_GRANT}
+    before = fence.service(**extra)
+    async with connect(before.deployment, "legacy", before.call) as client:
+        token = await token_for(client, call())
+    after = fence.service(**extra)
+    async with connect(after.deployment, "legacy", after.call) as client:
+        result = await client.call_tool("skill_run", call(confirmToken=token))
+    assert json.loads(error_text(result)) == rejected("TOKEN_INVALID")
+    assert fence.runs() == []
+
+
+async def test_an_unwritable_spent_store_refuses_the_run(fence: Fence) -> None:
+    # §11.6: a spend that cannot be recorded would let the approval run again after a restart; fail closed.
+    data_dir = fence.base / "data"
+    data_dir.mkdir()
+    (data_dir / ".mcp-confirm").write_text("in the way")
+    service = fence.service(MCP_CONFIRM_SECRET="stable-secret", MCP_DATA_DIR=str(data_dir), MCP_SKILL_RUN=MARK_GRANT)
+    async with connect(service.deployment, "legacy", service.call) as client:
+        token = await token_for(client, call())
+        refused = error_text(await client.call_tool("skill_run", call(confirmToken=token)))
+    assert refused.startswith("the approval could not be recorded as spent (")
+    assert "nothing was run" in refused and "MCP_DATA_DIR must be writable" in refused
+    assert fence.runs() == []
 
 
 # --- 6. one run at a time (§9.1 steps 8, 10, 11) ---------------------------------------------------

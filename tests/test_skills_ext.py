@@ -369,6 +369,28 @@ async def test_excluded_skills_are_served_by_the_tools_only(root: Any, era: str)
     assert "description" in excluded[silent]
 
 
+@pytest.mark.parametrize(
+    ("name", "description", "included"),
+    [
+        ("a-b1", "x", True),
+        ("Upper", "x", False),  # the Agent Skills name rule: lowercase ASCII letters and digits
+        ("a--b", "x", False),  # hyphens only between runs
+        ("a" * 64, "x", True),
+        ("dotted.name", "x", False),
+        ("long-description", "é" * 1024, True),  # 1024 characters, 2048 bytes: characters count
+        ("too-long", "d" * 1025, False),
+        ("empty", "", False),
+    ],
+)
+async def test_extension_membership_follows_the_agent_skills_rules(root: Any, name: str, description: str, included: bool) -> None:
+    write_skill(root, name, f"name: {name}\ndescription: '{description}'\n")
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), "auto") as client:
+        listed = await call(client, "skills/list")
+        problems = payload(await client.call_tool("skill_list", {}))["problems"]
+    assert [entry["uri"] for entry in listed["skills"]] == ([f"skill://{name}/SKILL.md"] if included else [])
+    assert [problem["reason"] for problem in problems] == ([] if included else ["extension-excluded"])
+
+
 # --- bounded memory ----------------------------------------------------------------------------
 
 
