@@ -92,6 +92,13 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
         warnings.append(ConfigWarning(name, f"not one of {', '.join(allowed)}; using {fallback}"))
         return fallback, False
 
+    def flag(name: str) -> bool:
+        """On only for exactly `1`; any other value is a typo for something, so it warns (and stays off)."""
+        value = var(name)
+        if value is not None and value != "1":
+            warnings.append(ConfigWarning(name, "only the value 1 turns this on; it stays off"))
+        return value == "1"
+
     def positive(name: str, ceiling: int) -> int | None:
         value = var(name)
         number = _decimal(value)
@@ -127,7 +134,7 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
         roots_from=roots_from,
         hosted=any(var(name) is not None for name in HOSTED_MARKERS),
         grant_raw=var("MCP_SKILL_RUN"),
-        allow_unscrubbed=var("MCP_SKILL_ALLOW_UNSCRUBBED") == "1",
+        allow_unscrubbed=flag("MCP_SKILL_ALLOW_UNSCRUBBED"),
         data_dir=var("MCP_DATA_DIR"),
         confirm_mode="refuse" if mode_reason else mode,
         confirm_mode_reason=mode_reason,
@@ -142,7 +149,7 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
         rlimit_as_mb=positive("MCP_SKILL_RLIMIT_AS_MB", RLIMIT_MAX // MIB),
         log_level=log_level,
         log_format=log_format,
-        egress_fenced=var("MCP_EGRESS_FENCED") == "1",
+        egress_fenced=flag("MCP_EGRESS_FENCED"),
         proxy_set=any(var(name) is not None for name in PROXY_VARIABLES),
     )
     return config, warnings

@@ -47,7 +47,25 @@ def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
     frontmatter = _load_yaml(raw_yaml)
     if not isinstance(frontmatter, dict):
         raise FrontmatterError("SKILL.md frontmatter is not a mapping of keys to values")
+    _refuse_keys_written_alike(frontmatter)
     return frontmatter, text[closer.end() :]
+
+
+def _refuse_keys_written_alike(value: Any) -> None:
+    """§4.5 keeps every key the author wrote; `1` and `"1"` in one mapping would be one key in JSON."""
+    if isinstance(value, list):
+        for item in value:
+            _refuse_keys_written_alike(item)
+    if not isinstance(value, dict):
+        return
+    written: dict[str, Any] = {}
+    for key, item in value.items():
+        text = json_key(key)
+        if text in written:
+            first, second = (_quoted(shown) if isinstance(shown, str) else json_key(shown) for shown in (written[text], key))
+            raise FrontmatterError(f'{_NOT_YAML}the keys {first} and {second} in one mapping are both "{text}" in JSON')
+        written[text] = key
+        _refuse_keys_written_alike(item)
 
 
 def _load_yaml(raw_yaml: str) -> Any:
@@ -137,6 +155,10 @@ def _position(mark: Any) -> str:
     if mark is None:
         return ""
     return f" (line {mark.line + _FIRST_YAML_LINE}, column {mark.column + 1})"
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _offset_position(text: str, offset: int) -> str:

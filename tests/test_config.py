@@ -241,3 +241,14 @@ def test_a_stable_secret_without_a_spent_store_that_outlives_a_restart_warns(dat
     secret_warnings = [warning for warning in warnings if warning.variable == "MCP_CONFIRM_SECRET"]
     assert len(secret_warnings) == warned
     assert all("s3cret" not in warning.problem and "restart" in warning.problem for warning in secret_warnings)
+
+
+@pytest.mark.parametrize("name", ["MCP_SKILL_ALLOW_UNSCRUBBED", "MCP_EGRESS_FENCED"])
+@pytest.mark.parametrize(("value", "on", "warned"), [("1", True, False), ("true", False, True), ("yes", False, True)])
+def test_flags_are_on_only_for_1_and_any_other_value_warns(name, value, on, warned):
+    config, warnings = load(**{name: value})
+    field = {"MCP_SKILL_ALLOW_UNSCRUBBED": "allow_unscrubbed", "MCP_EGRESS_FENCED": "egress_fenced"}[name]
+    assert getattr(config, field) is on
+    assert [(warning.variable, warning.problem) for warning in warnings] == (
+        [(name, "only the value 1 turns this on; it stays off")] if warned else []
+    )

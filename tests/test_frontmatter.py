@@ -92,6 +92,19 @@ def test_characters_no_json_answer_could_carry_are_yaml_errors(raw, expected):
     assert error_of(f"---\n{raw}---\n") == f"SKILL.md frontmatter is not valid YAML: {expected}"
 
 
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ('a: {1: x, "1": y}\n', 'the keys 1 and "1" in one mapping are both "1" in JSON'),
+        ('2024-01-01: a\n"2024-01-01": b\n', 'the keys 2024-01-01 and "2024-01-01" in one mapping are both "2024-01-01" in JSON'),
+        ('a:\n  - {x: 1}\n  - {"true": a, true: b}\n', 'the keys "true" and true in one mapping are both "true" in JSON'),
+    ],
+)
+def test_keys_json_would_write_alike_are_refused(raw, expected):
+    # §4.5 keeps every key the author wrote: echoing both as JSON would silently drop one.
+    assert error_of(f"---\n{raw}---\n") == f"SKILL.md frontmatter is not valid YAML: {expected}"
+
+
 def test_escaped_surrogate_pairs_join_into_one_character():
     frontmatter, _ = parse_skill_md('---\nd: "\\ud83d\\ude00 \\U0001F600"\n\\ud83d\\ude00: k\n---\n')
     assert frontmatter == {"d": "\U0001F600 \U0001F600", "\\ud83d\\ude00": "k"}
