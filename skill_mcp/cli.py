@@ -40,7 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve()  # every client's spawn: no parser to build (argparse and gettext cost ~2 ms)
     parser = _parser()
     try:
-        options = parser.parse_args(argv)
+        # argparse stops a "*" positional at the first flag; a root after it (`check a --json b`) is still a root.
+        options, extra = parser.parse_known_args(argv)
+        if extra and (getattr(options, "roots", None) is None or any(arg.startswith("-") for arg in extra)):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if extra:
+            options.roots += extra
     except SystemExit as exit_:
         return int(exit_.code or 0) and EXIT_USAGE
     if options.command in (None, "serve"):

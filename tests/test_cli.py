@@ -308,3 +308,14 @@ def test_a_reader_that_leaves_early_is_no_crash(elsewhere: Path, command: str) -
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (0, b"")  # the bundled demo: no problems
+
+
+def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhere: Path) -> None:
+    make_skill(elsewhere / "one", "alpha")
+    make_skill(elsewhere / "two", "beta")
+    report = cli_json(["check", "one", "--json", "two"], elsewhere)  # cli_json appends one more --json
+    assert (report["roots"], report["skills"]) == ([str(elsewhere / "one"), str(elsewhere / "two")], ["alpha", "beta"])
+    code, stdout, stderr = run_cli(["check", "one", "--bogus"], elsewhere)
+    assert (code, stdout) == (2, "") and "unrecognized arguments: --bogus" in stderr
+    code, _, stderr = run_cli(["serve", "extra"], elsewhere)
+    assert code == 2 and "unrecognized arguments: extra" in stderr
