@@ -25,18 +25,33 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
         renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
     else:
         renderer = structlog.processors.JSONRenderer(ensure_ascii=False)
+    stamp = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True)]
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
+        processors=[*stamp, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
-    # The SDK logs through the standard library; keep it on stderr and quiet.
-    logging.basicConfig(stream=stream, level=logging.WARNING, force=True)
+    # The SDK logs through the standard library, at warning and above: rendered like ours, so stderr stays one
+    # object per line. Its message template is kept without its arguments, and an exception only by its type:
+    # either can carry what a call validated (arguments, file contents), which no log may hold.
+    sdk_handler = logging.StreamHandler(stream)
+    sdk_handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *stamp, _exception_type_only],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            use_get_message=False,
+        )
+    )
+    logging.basicConfig(handlers=[sdk_handler], level=logging.WARNING, force=True)
+
+
+def _exception_type_only(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:
+    exc_info = event.pop("exc_info", None)
+    event.pop("stack_info", None)
+    if isinstance(exc_info, tuple) and exc_info[0] is not None:
+        event["errorType"] = exc_info[0].__name__
+    return event
 
 
 def get_logger() -> Any:

@@ -17,7 +17,7 @@ PATH_HINT = (
     "Paths are relative to the skill's own directory: plain segments separated by \"/\", "
     'no leading "/", no "." or ".." segment. Call skill_load to see the exact paths.'
 )
-_SHOWN_PATH_CHARS = 120
+_SHOWN_CHARS = 120
 
 
 def path_refusal(rel: object) -> str | None:
@@ -48,12 +48,17 @@ def path_refusal(rel: object) -> str | None:
     return None
 
 
-def describe_refusal(rel: str, reason: str) -> str:
-    """The refusal message: the path JSON-quoted and cut to 120 characters, then the reason."""
-    shown = rel if len(rel) <= _SHOWN_PATH_CHARS else rel[:_SHOWN_PATH_CHARS] + "…"
+def quoted(text: str) -> str:
+    """A caller's or a file system's string inside our message: JSON-quoted, so a quote or a newline in it cannot
+    pass for our own words (a forged "Hint:"), and cut to 120 characters, so a megabyte name is not echoed whole."""
+    shown = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
     # A lone surrogate (a non-UTF-8 file name) is escaped so the message itself stays encodable.
-    quoted = json.dumps(shown, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
-    return f"path {quoted} is not usable: {reason}"
+    return json.dumps(shown, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def describe_refusal(rel: str, reason: str) -> str:
+    """The refusal message: the path quoted (`quoted`), then the reason."""
+    return f"path {quoted(rel)} is not usable: {reason}"
 
 
 class PathRefused(Exception):
@@ -241,12 +246,12 @@ class SkillDir:
         if not real.startswith(self._given_prefix):
             self.check_in_place()
             raise PathRefused(
-                f'"{rel}" resolves outside the skill\'s own directory',
+                f"{quoted(rel)} resolves outside the skill's own directory",
                 "A file or symlink may only be read from inside its own skill.",
             )
         if not stat.S_ISREG(status.st_mode):
-            raise NotRegularFile(f'"{rel}"')
+            raise NotRegularFile(quoted(rel))
 
     def _not_a_file(self, rel: str) -> PathRefused:
         self.check_in_place()  # an unreadable or moved directory is reported as such
-        return PathRefused(f'"{rel}" is not a file in this skill', "Call skill_load for the exact files.")
+        return PathRefused(f"{quoted(rel)} is not a file in this skill", "Call skill_load for the exact files.")

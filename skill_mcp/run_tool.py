@@ -24,7 +24,7 @@ from .hardening import ChildLimits
 from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_TIMEOUT_MS
 from .logs import get_logger
 from .model import RunEntry, Skill
-from .paths import PathRefused, SkillDir
+from .paths import PathRefused, SkillDir, quoted
 from .runner import (
     RunOutcome,
     SpawnFailed,
@@ -167,7 +167,7 @@ class RunService:
                 "so it may not run",
                 hint,
             )
-        raise Refused("not-declared", f'"{script}" is not declared as a runnable script by the skill "{skill.name}"', hint)
+        raise Refused("not-declared", f'{quoted(script)} is not declared as a runnable script by the skill "{skill.name}"', hint)
 
     def _will_run(self, skill: Skill, entry: RunEntry, script_sha256: str, args: tuple[str, ...]) -> dict[str, Any]:
         deployment = self.deployment

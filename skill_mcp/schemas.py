@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .limits import MAX_ARGS, MAX_PATHS_PER_CALL
+from .paths import quoted
 
 _NAME = {"type": "string", "minLength": 1, "description": "The skill's name, as listed by skill_list."}
 
@@ -142,7 +143,7 @@ def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
         for key, item in value.items():
             if key not in properties:
                 allowed = ", ".join(properties) or "none"
-                return f'"{key}" is not an accepted argument (accepted: {allowed})'
+                return f"{quoted(key)} is not an accepted argument (accepted: {allowed})"
             if (problem := _violation(properties[key], item, key)) is not None:
                 return problem
     return None

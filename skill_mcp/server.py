@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from . import skills_ext, surfaces
 from .deployment import Deployment
 from .logs import get_logger
+from .paths import quoted
 from .schemas import TOOLS, TOOLS_BY_NAME, schema_violation
 from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
@@ -52,7 +53,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     ) -> types.CallToolResult | types.InputRequiredResult:
         name = params.name
         if name not in TOOLS_BY_NAME:
-            return text_result(f'unknown tool "{name}"', is_error=True)
+            return text_result(f"unknown tool {quoted(name)}", is_error=True)
         arguments = params.arguments or {}
         if (violation := schema_violation(name, arguments)) is not None:
             return text_result(violation, is_error=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
 from .model import RunEntry, Skill
-from .paths import PathRefused, SkillDir
+from .paths import PathRefused, SkillDir, quoted
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -51,7 +51,7 @@ def minified(value: Any) -> str:
 def find_skill(deployment: Deployment, name: str) -> Skill:
     skill = deployment.by_name.get(name)
     if skill is None:
-        raise ToolFailure(f'no skill named "{name}"', _served_names_hint(deployment))
+        raise ToolFailure(f"no skill named {quoted(name)}", _served_names_hint(deployment))
     return skill
 
 
@@ -161,7 +161,7 @@ def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
 
 
 def unreadable(rel: str, error: OSError) -> str:
-    return f'"{rel}" could not be read: {error.strerror or error}'
+    return f"{quoted(rel)} could not be read: {error.strerror or error}"
 
 
 def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str, Any]:

@@ -7,15 +7,20 @@ No SDK on the client side: a line-based client written here is the independent i
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
+import logging
 import os
 import signal
 import sys
 from pathlib import Path
 
 import pytest
+import structlog
 from support import write_skill
 from wire import LineClient, clean_environ, legacy_handshake, running, tool_payload
+
+from skill_mcp.logs import configure_logging
 
 VENV_BIN = os.path.dirname(sys.executable)
 MODULE = (sys.executable, "-m", "skill_mcp")
@@ -116,6 +121,41 @@ def test_garbage_lines_do_not_stop_the_server(tree):
         client.close_stdin()
         assert client.wait() == 0
     assert_stdout_is_only_json_rpc(client)
+
+
+def test_the_sdks_own_warnings_are_json_lines_without_values(tree):
+    # A malformed notification makes the SDK's stdlib logger warn; it used to print plain text on stderr.
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        legacy_handshake(client)
+        client.notify("notifications/cancelled", {"requestId": {"secret": "VALUE-SENTINEL-5e1"}})
+        client.notify("notifications/progress", {"x": "VALUE-SENTINEL-5e1"})
+        assert client.request("ping")["result"] == {}
+        client.close_stdin()
+        assert client.wait() == 0
+    events = client.log_events()  # every stderr line parses as one JSON object
+    sdk = [event for event in events if event.get("logger", "").startswith("mcp.")]
+    assert [(event["level"], event["event"]) for event in sdk] == [("warning", "dropped %r: malformed params")] * 2
+    assert all("timestamp" in event for event in sdk)
+    assert b"VALUE-SENTINEL" not in b"".join(client.stderr_lines)
+
+
+def test_an_sdk_exception_is_logged_by_its_type_only():
+    stream = io.StringIO()
+    configure_logging(stream=stream)
+    try:
+        try:
+            raise ValueError("FILE-CONTENT-SENTINEL")
+        except ValueError:
+            logging.getLogger("mcp.server.runner").exception("handler for %r returned an invalid result", "ARG-SENTINEL")
+    finally:
+        structlog.reset_defaults()
+        logging.basicConfig(force=True)
+    (line,) = stream.getvalue().splitlines()
+    event = json.loads(line)
+    assert (event["event"], event["errorType"], event["level"]) == (
+        "handler for %r returned an invalid result", "ValueError", "error"
+    )
+    assert "SENTINEL" not in line
 
 
 def test_a_non_utf8_root_is_answered_as_json_escapes(tmp_path):
