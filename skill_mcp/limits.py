@@ -19,6 +19,9 @@ MAX_FILE_BYTES = 1048576
 MAX_CALL_BYTES = 4194304
 
 MAX_ARGS = 64
+# Not in the spec: every preview hashes the whole script on the event loop, so a huge (or sparse) one would stall
+# every other request; no interpreted script comes near this.
+MAX_SCRIPT_BYTES = 16777216
 MAX_ARG_BYTES = 8192
 MAX_OUTPUT_BYTES = 1048576
 

@@ -19,9 +19,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import confirm
 from .deployment import Deployment
-from .files import sha256_fd
+from .files import FileTooLarge, sha256_fd
 from .hardening import ChildLimits
-from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_TIMEOUT_MS
+from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES, MAX_TIMEOUT_MS
 from .logs import get_logger
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir, quoted
@@ -134,11 +134,17 @@ class RunService:
         try:
             fd, real_script, _ = SkillDir(skill.real_dir).open(script)
             try:
-                script_sha256, _ = sha256_fd(fd)
+                script_sha256, _ = sha256_fd(fd, MAX_SCRIPT_BYTES)
             finally:
                 os.close(fd)
         except PathRefused as refused:
             raise Refused("path-refused", refused.message, refused.hint) from None
+        except FileTooLarge:
+            raise Refused(
+                "path-refused",
+                f"{quoted(script)} is more than {MAX_SCRIPT_BYTES} bytes, the cap for a script; it is not run",
+                "A script this large is not run here; its skill can ship a smaller entry point.",
+            ) from None
         except OSError as error:
             raise Refused("path-refused", unreadable(script, error), "Only regular files can be read or executed.") from None
         _check_arguments(args)

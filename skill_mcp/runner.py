@@ -118,13 +118,19 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildL
 
 
 def _watch_exit(loop: asyncio.AbstractEventLoop, process: subprocess.Popen, on_exit: Callable[[], None]) -> None:
-    """Call on_exit once the leader is reaped; never looks at its pipes, which a grandchild may hold."""
+    """Call on_exit once the leader is reaped; never looks at its pipes, which a grandchild may hold.
+
+    What the script left running in its own process group is killed as it exits, before it is reaped: the unreaped
+    leader still holds the group id, so the signal cannot reach a group that reused it. (A child that left the
+    group with setsid is out of reach; the hard deadline bounds what it can still write here.)"""
     try:
         pidfd = os.pidfd_open(process.pid)
     except (AttributeError, OSError):
         pidfd = None
     if pidfd is None:
         def wait() -> None:
+            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+            kill_process_group(process.pid)
             process.wait()
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(on_exit)
@@ -135,6 +141,7 @@ def _watch_exit(loop: asyncio.AbstractEventLoop, process: subprocess.Popen, on_e
     def exited() -> None:
         loop.remove_reader(pidfd)
         os.close(pidfd)
+        kill_process_group(process.pid)
         process.poll()
         on_exit()
 

@@ -13,7 +13,7 @@ from .limits import (
     AGENT_SKILLS_NAME_PATTERN,
 )
 from .model import Problem, Skill
-from .paths import PathRefused, SkillDir
+from .paths import PathRefused, SkillDir, quoted
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ MAX_DIGEST_BYTES = 16777216
 DYNAMIC = "dynamic"
 CACHE_HINTS = {"ttlMs": 60000, "cacheScope": "private"}
 DIRECTORY_MIME_TYPE = "inode/directory"
-_SHOWN_URI_CHARS = 200
 _Item = TypeVar("_Item")
 
 
@@ -141,14 +140,20 @@ def get_skill(deployment: Deployment, uri: str) -> dict[str, Any]:
     for skill in extension_skills(deployment):
         if uri == resource_uri(skill.name, "SKILL.md"):
             return {"skill": skill_entry(skill), **CACHE_HINTS}
-    raise BadRequest(f"no skill is served at {uri[:_SHOWN_URI_CHARS]}; skills/list shows the URI of every skill")
+    left_out = next((skill for skill in deployment.skills if uri == resource_uri(skill.name, "SKILL.md")), None)
+    if left_out is not None:  # served by the tools, but not a skill of the extension: say why
+        raise BadRequest(
+            f"no skill is served at {quoted(uri)} in the Skills extension: {exclusion_reason(left_out)}; "
+            f'skill_load and the skill:// resources still serve "{left_out.name}"'
+        )
+    raise BadRequest(f"no skill is served at {quoted(uri)}; skills/list shows the URI of every skill")
 
 
 def _directory(deployment: Deployment, uri: str) -> tuple[Skill, str]:
     """The skill and directory path ("" for the skill itself) that `uri` names; BadRequest otherwise."""
 
     refusal = BadRequest(
-        f"{uri[:_SHOWN_URI_CHARS]} is not a directory resource; "
+        f"{quoted(uri)} is not a directory resource; "
         "use skill://<skill> or skill://<skill>/<directory> where the directory holds listed files"
     )
     name, slash, _ = uri.removeprefix("skill://").partition("/")

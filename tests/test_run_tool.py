@@ -1186,3 +1186,16 @@ async def test_configured_limits_reach_the_script_and_a_fenced_failure_carries_t
     assert "networkNote" not in reported  # it succeeded
     assert failed["exitCode"] == 3
     assert ("egress" in failed["networkNote"]) if fenced else ("networkNote" not in failed)
+
+
+async def test_a_script_over_16_mib_is_refused_before_it_is_hashed_whole(tmp_path: Path) -> None:
+    # A sparse 20 GiB script used to stall every request for the minute its preview took to hash.
+    runner = "name: big\ndescription: Big.\nmcp-host:\n  version: 1\n  run:\n    - script: big.py\n      interpreter: python3\n"
+    skill = Path(write_skill(tmp_path, "big", runner))
+    with open(skill / "big.py", "wb") as script:
+        script.truncate(20 * 2**30)
+    service = RunService(deployment_for({"SKILLS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON}))
+    async with connect(service.deployment, "legacy", service.call) as client:
+        with anyio.fail_after(5):
+            refused = error_text(await client.call_tool("skill_run", call("big", "big.py")))
+    assert refused.startswith('"big.py" is more than 16777216 bytes, the cap for a script; it is not run')

@@ -64,6 +64,10 @@ def grandchild_pid(stdout: str) -> int:
     return int(re.search(r"grandchild (\d+)", stdout).group(1))
 
 
+def no_pidfd(pid: int) -> int:
+    raise OSError("pidfd_open unavailable")
+
+
 def kill_quietly(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -187,9 +191,6 @@ async def test_detached_grandchild_holding_the_pipes_does_not_delay_settling(int
 
 @pytest.mark.anyio
 async def test_exit_is_detected_without_pidfd(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_pidfd(pid: int) -> int:
-        raise OSError("pidfd_open unavailable")
-
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     result = await run_fixture("python3", "detached_holder", timeout_ms=10000)
     try:
@@ -197,6 +198,33 @@ async def test_exit_is_detected_without_pidfd(monkeypatch: pytest.MonkeyPatch) -
         assert result.duration_ms < 2000
     finally:
         kill_quietly(grandchild_pid(result.stdout))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("exit_watch", ["pidfd", "thread"])
+async def test_what_the_script_leaves_in_its_group_dies_with_it(exit_watch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A background job would outlive the run, its timeout and the server, and could rewrite the skill's scripts
+    # between an approval and the next run.
+    if exit_watch == "thread":
+        monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    result = await run_fixture("python3", "group_child")
+    child = grandchild_pid(result.stdout)
+    try:
+        assert (result.exit_code, result.timed_out) == (0, False)
+        deadline = time.monotonic() + 2
+        while not _gone(child) and time.monotonic() < deadline:
+            await anyio.sleep(0.02)
+        assert _gone(child)
+    finally:
+        kill_quietly(child)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # killed, awaiting its reaper
+    except FileNotFoundError:
+        return True
 
 
 @pytest.mark.anyio

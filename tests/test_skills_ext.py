@@ -309,7 +309,7 @@ async def test_anything_but_a_directory_resource_is_invalid_params(tmp_path: Any
         for uri in uris:
             error = (await refused(client, "resources/directory/read", uri=uri)).error
             assert error.code == types.INVALID_PARAMS
-            assert f"{uri} is not a directory resource" in error.message
+            assert f'"{uri}" is not a directory resource' in error.message
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -327,7 +327,10 @@ async def test_skills_get_refuses_anything_but_an_extension_skill_md_uri(tmp_pat
         for uri in uris:
             error = (await refused(client, "skills/get", uri=uri)).error
             assert error.code == types.INVALID_PARAMS
-            assert f"no skill is served at {uri}" in error.message
+            assert f'no skill is served at "{uri}"' in error.message
+            if uri == "skill://mismatch/SKILL.md":  # served by the tools: the message says why it is left out
+                assert 'in the Skills extension: its frontmatter name "other" differs' in error.message
+                assert error.message.endswith('skill_load and the skill:// resources still serve "mismatch"')
         assert (await refused(client, "skills/get")).error.code == types.INVALID_PARAMS
 
 
