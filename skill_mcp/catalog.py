@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from skill_mcp.declaration import description, read_declaration, skill_name, when_to_use
-from skill_mcp.files import read_capped
+from skill_mcp.files import read_capped_fd
 from skill_mcp.frontmatter import FrontmatterError, parse_skill_md
 from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_NAME_PATTERN
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
-from skill_mcp.paths import path_refusal
+from skill_mcp.paths import PathRefused, SkillDir, path_refusal
 
 SKILL_MD = "SKILL.md"
 
@@ -183,7 +183,13 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         refuse("unreadable-skill-md", "SKILL.md is not a regular file")
         return None
     try:
-        capped = read_capped(read_path, MAX_SKILL_MD_BYTES)
+        # Opened through the resolve check, like every later read: the directory swapped for a link since the
+        # checks above would otherwise have SKILL.md read from wherever the link leads.
+        with SkillDir(real_dir).opened(SKILL_MD) as (fd, opened):
+            capped = read_capped_fd(fd, MAX_SKILL_MD_BYTES, opened)
+    except PathRefused as refused:
+        refuse("unreadable-skill-md", f"SKILL.md could not be read: {refused.message}")
+        return None
     except OSError as error:
         refuse("unreadable-skill-md", f"SKILL.md could not be read: {_os_text(error)}")
         return None

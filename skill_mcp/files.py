@@ -5,11 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import stat
 import sys
 from dataclasses import dataclass
-
-from skill_mcp.paths import NotRegularFile
 
 _CHUNK_BYTES = 65536
 _OCTET_STREAM = "application/octet-stream"
@@ -48,11 +45,6 @@ class CappedRead:
     truncated: bool
 
 
-def _open_regular(path: str) -> int:
-    # O_NONBLOCK keeps a FIFO swapped in after the resolve check from blocking the open.
-    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-
-
 def _chunks(fd: int, limit: int):
     """Yield the file's bytes in chunks, stopping once `limit` bytes came."""
     seen = 0
@@ -64,20 +56,9 @@ def _chunks(fd: int, limit: int):
         yield chunk
 
 
-def read_capped(path: str, max_bytes: int) -> CappedRead:
-    """Read at most `max_bytes` of a regular file; raises NotRegularFile (a PathRefused) or OSError."""
-    fd = _open_regular(path)
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise NotRegularFile("the opened file")
-        return read_capped_fd(fd, max_bytes, status)
-    finally:
-        os.close(fd)
-
-
 def read_capped_fd(fd: int, max_bytes: int, status: os.stat_result) -> CappedRead:
-    """`read_capped` on a descriptor the caller opened, checked to be a regular file by `status`, and closes."""
+    """§6.3's bounded read, of a descriptor `SkillDir.open` checked (`status` is its own): at most `max_bytes`,
+    `truncated` when there was more, and `size` never below what was read. The caller closes it."""
     buffer = bytearray()
     for chunk in _chunks(fd, max_bytes + 1):  # one byte past the cap is enough to know it was truncated
         buffer += chunk

@@ -71,7 +71,7 @@ class PathRefused(Exception):
 
 
 class NotRegularFile(PathRefused, OSError):
-    """A directory, FIFO, device…; also an OSError so plain I/O callers of `read_capped` catch it."""
+    """A directory, FIFO, device…; also an OSError, so callers catching I/O errors catch it too."""
 
     def __init__(self, subject: str) -> None:
         super().__init__(f"{subject} is not a regular file", "Only regular files can be read or executed.")

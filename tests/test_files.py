@@ -1,4 +1,5 @@
-"""Bounded reads, text-or-base64 and media types against real files (SPEC §6.3–6.5, §17 items 78–79, 85–86, 89–91)."""
+"""Bounded reads (through the resolve check, as every caller makes them), text-or-base64 and media types against
+real files (SPEC §6.3–6.5, §17 items 78–79, 85–86, 89–91)."""
 
 import base64
 import os
@@ -9,11 +10,10 @@ import tracemalloc
 from contextlib import contextmanager
 
 import pytest
-from support import resolve_in_skill
 
-from skill_mcp.files import CappedRead, encode_content, is_text, media_type, read_capped
+from skill_mcp.files import CappedRead, encode_content, is_text, media_type, read_capped_fd
 from skill_mcp.limits import MAX_FILE_BYTES
-from skill_mcp.paths import NotRegularFile, PathRefused
+from skill_mcp.paths import NotRegularFile, PathRefused, SkillDir
 
 MIB = 1024 * 1024
 PNG_BYTES = bytes.fromhex(
@@ -25,6 +25,13 @@ PNG_BYTES = bytes.fromhex(
 def write(path, data: bytes) -> str:
     path.write_bytes(data)
     return str(path)
+
+
+def read_capped(path: str, max_bytes: int) -> CappedRead:
+    """The bounded read the tools make: opened through the resolve check, then read by descriptor."""
+    directory, name = os.path.split(path)
+    with SkillDir(directory).opened(name) as (fd, status):
+        return read_capped_fd(fd, max_bytes, status)
 
 
 @contextmanager
@@ -74,7 +81,7 @@ def test_file_over_cap_is_cut_at_cap_with_full_size(tmp_path):
 
 def test_size_is_never_below_bytes_read(tmp_path):
     # procfs files report st_size 0 yet have content.
-    result = read_capped("/proc/self/status", MAX_FILE_BYTES)
+    result = read_capped(f"/proc/{os.getpid()}/status", MAX_FILE_BYTES)
     assert result.size >= len(result.data) > 0
 
 
@@ -95,23 +102,13 @@ def test_directory_is_not_a_regular_file(tmp_path):
         read_capped(str(tmp_path), 64)
 
 
-def test_symlink_is_not_followed(tmp_path):
-    target = write(tmp_path / "target.txt", b"x")
-    os.symlink(target, tmp_path / "link.txt")
-    with pytest.raises(OSError):
-        read_capped(str(tmp_path / "link.txt"), 64)
-
-
-def test_fifo_swapped_in_after_resolution_does_not_block(tmp_path):
-    write(tmp_path / "data.txt", b"hello")
-    resolved = resolve_in_skill(str(tmp_path), "data.txt")
-    os.unlink(resolved)
-    os.mkfifo(resolved)
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "pipe")  # no writer: a blocking open would wait forever
     with fails_after(5), pytest.raises(NotRegularFile) as caught:
-        read_capped(resolved, 64)
+        read_capped(str(tmp_path / "pipe"), 64)
     # Callers that catch either PathRefused or OSError both see it.
     assert isinstance(caught.value, PathRefused) and isinstance(caught.value, OSError)
-    assert caught.value.message == "the opened file is not a regular file"
+    assert caught.value.message == '"pipe" is not a regular file'
 
 
 @pytest.mark.parametrize(
