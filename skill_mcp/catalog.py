@@ -5,7 +5,6 @@ The only module that walks directories. `discover` never raises; every failure b
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections import deque
@@ -18,6 +17,7 @@ from skill_mcp.frontmatter import FrontmatterError, parse_skill_md
 from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_NAME_PATTERN
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
 from skill_mcp.paths import PathRefused, SkillDir, path_refusal
+from skill_mcp.text import quoted
 
 SKILL_MD = "SKILL.md"
 
@@ -138,7 +138,7 @@ def _scan_entries(
             continue
         has_skill_md = os.path.lexists(os.path.join(real, SKILL_MD))
         if has_skill_md and is_link and entry.name != os.path.basename(real):
-            realname = _quoted(os.path.basename(real))
+            realname = quoted(os.path.basename(real))
             detail = (
                 f"this is a symlink to {real}; the skill is served under the real directory's name {realname}, "
                 "which is also the name a grant must use"
@@ -205,7 +205,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     if not SKILL_NAME_PATTERN.fullmatch(name):
         refuse(
             "unusable-name",
-            f"the directory name {_quoted(name)} is not addressable; a skill is served under its directory name "
+            f"the directory name {quoted(name)} is not addressable; a skill is served under its directory name "
             "(letters, digits, '.', '_', '-', at most 64, starting with a letter or digit); skipped",
         )
         return None
@@ -213,14 +213,14 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     if claimed is not None and claimed != name:
         refuse(
             "name-mismatch",
-            f"the frontmatter name {_quoted(claimed)} differs from the directory name {_quoted(name)}; "
+            f"the frontmatter name {quoted(claimed)} differs from the directory name {quoted(name)}; "
             "the skill is served under its DIRECTORY name",
         )
     manifest, file_limit_hit = _walk_manifest(real_dir, refuse)
     listed = {entry.path for entry in manifest}
     for run in declaration.runs:
         if run.script not in listed:
-            detail = f"the skill declares {_quoted(run.script)}, which is not a file in this skill"
+            detail = f"the skill declares {quoted(run.script)}, which is not a file in this skill"
             refuse("declared-script-missing", detail)
     return Skill(
         name=name,
@@ -261,7 +261,7 @@ def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> tuple[t
                 below = "; nothing under it is listed either" if is_dir else ""
                 refuse(
                     "unusable-path",
-                    f"{_quoted(rel)} cannot be addressed by skill_file ({refusal}), so it is not listed{below}",
+                    f"{quoted(rel)} cannot be addressed by skill_file ({refusal}), so it is not listed{below}",
                 )
                 continue
             if is_dir:
@@ -301,7 +301,7 @@ def _refuse_duplicates(skills: list[Skill], problems: list[Problem]) -> list[Ski
             Problem(
                 group[0].real_dir,
                 "duplicate-name",
-                f"{len(group)} directories contribute the name {_quoted(name)}: {dirs}; NONE of them is served, "
+                f"{len(group)} directories contribute the name {quoted(name)}: {dirs}; NONE of them is served, "
                 "because serving one would let whichever was scanned first stand in for the others, "
                 "and the owner's grant for that name would follow it",
             )
@@ -330,9 +330,6 @@ def _encodable(problem: Problem) -> Problem:
     path, detail = (text.encode("utf-8", "backslashreplace").decode("utf-8") for text in (problem.path, problem.detail))
     return Problem(path, problem.reason, detail)
 
-
-def _quoted(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
 
 
 def _os_text(error: BaseException) -> str:

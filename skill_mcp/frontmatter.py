@@ -17,6 +17,7 @@ from ruamel.yaml.scanner import Scanner
 from ruamel.yaml.tokens import AliasToken, AnchorToken, DirectiveToken, TagToken
 
 from skill_mcp.limits import MAX_FRONTMATTER_BYTES, MAX_YAML_DEPTH
+from skill_mcp.text import quoted
 
 _OPENER = re.compile(r"---\r?\n")
 _CLOSER = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")
@@ -62,7 +63,7 @@ def _refuse_keys_written_alike(value: Any) -> None:
     for key, item in value.items():
         text = json_key(key)
         if text in written:
-            first, second = (_quoted(shown) if isinstance(shown, str) else json_key(shown) for shown in (written[text], key))
+            first, second = (quoted(shown) if isinstance(shown, str) else json_key(shown) for shown in (written[text], key))
             raise FrontmatterError(f'{_NOT_YAML}the keys {first} and {second} in one mapping are both "{text}" in JSON')
         written[text] = key
         _refuse_keys_written_alike(item)
@@ -156,9 +157,6 @@ def _position(mark: Any) -> str:
         return ""
     return f" (line {mark.line + _FIRST_YAML_LINE}, column {mark.column + 1})"
 
-
-def _quoted(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
 
 
 def _offset_position(text: str, offset: int) -> str:

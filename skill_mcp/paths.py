@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
 import stat
 import sys
@@ -12,12 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from skill_mcp.limits import MAX_PATH_CHARS
+from skill_mcp.text import quoted
 
 PATH_HINT = (
     "Paths are relative to the skill's own directory: plain segments separated by \"/\", "
     'no leading "/", no "." or ".." segment. Call skill_load to see the exact paths.'
 )
-_SHOWN_CHARS = 120
 
 
 def path_refusal(rel: object) -> str | None:
@@ -46,14 +45,6 @@ def path_refusal(rel: object) -> str | None:
         if segment.isspace():
             return "it has a whitespace-only segment"
     return None
-
-
-def quoted(text: str) -> str:
-    """A caller's or a file system's string inside our message: JSON-quoted, so a quote or a newline in it cannot
-    pass for our own words (a forged "Hint:"), and cut to 120 characters, so a megabyte name is not echoed whole."""
-    shown = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
-    # A lone surrogate (a non-UTF-8 file name) is escaped so the message itself stays encodable.
-    return json.dumps(shown, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def describe_refusal(rel: str, reason: str) -> str:

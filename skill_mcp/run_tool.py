@@ -24,7 +24,7 @@ from .hardening import ChildLimits
 from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES, MAX_TIMEOUT_MS
 from .logs import get_logger
 from .model import RunEntry, Skill
-from .paths import PathRefused, SkillDir, quoted
+from .paths import PathRefused, SkillDir
 from .runner import (
     RunOutcome,
     SpawnFailed,
@@ -35,6 +35,7 @@ from .runner import (
     script_environment,
 )
 from .server import failure_result, text_result
+from .text import quoted
 from .tools import ToolFailure, find_skill, minified, unavailable_reason, unreadable
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .limits import MAX_ARGS, MAX_PATHS_PER_CALL
-from .paths import quoted
+from .text import quoted
 
 _NAME = {"type": "string", "minLength": 1, "description": "The skill's name, as listed by skill_list."}
 

@@ -21,8 +21,8 @@ from mcp.shared.exceptions import MCPError
 from . import skills_ext, surfaces
 from .deployment import Deployment
 from .logs import get_logger
-from .paths import quoted
 from .schemas import TOOLS, TOOLS_BY_NAME, schema_violation
+from .text import quoted
 from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
 

@@ -13,8 +13,9 @@ from .limits import (
     AGENT_SKILLS_NAME_PATTERN,
 )
 from .model import Problem, Skill
-from .paths import PathRefused, SkillDir, quoted
+from .paths import PathRefused, SkillDir
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
+from .text import quoted
 
 if TYPE_CHECKING:
     from .deployment import Deployment

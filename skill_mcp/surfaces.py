@@ -10,6 +10,7 @@ from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_FILE_BYTES
 from .model import Skill
 from .paths import PathRefused, SkillDir
+from .text import quoted
 from .tools import ToolFailure, find_skill, unreadable
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
@@ -117,13 +118,13 @@ def page_start(cursor: str | None, total: int, page_size: int) -> int:
         start = int(cursor)
         if 0 < start < total and start % page_size == 0:
             return start
-    raise BadRequest(f"unknown cursor {cursor[:64]!r}; start again without a cursor")
+    raise BadRequest(f"unknown cursor {quoted(cursor)}; start again without a cursor")
 
 
 def single_page(cursor: str | None) -> None:
     """A list answered in one page (tools, prompts, templates) knows no cursor."""
     if cursor is not None:
-        raise BadRequest(f"unknown cursor {cursor[:64]!r}; this list has a single page, request it without a cursor")
+        raise BadRequest(f"unknown cursor {quoted(cursor)}; this list has a single page, request it without a cursor")
 
 
 RESOURCE_TEMPLATE = {
@@ -137,14 +138,14 @@ RESOURCE_TEMPLATE = {
 def split_skill_uri(uri: str) -> tuple[str, str]:
     """`skill://<name>/<path>` → (name, decoded relative path); the path is decoded once, strictly."""
     if not uri.startswith("skill://"):
-        raise BadRequest(f"{uri[:120]!r} is not a skill:// URI; use skill://<skill>/<path> as listed by resources/list")
+        raise BadRequest(f"{quoted(uri)} is not a skill:// URI; use skill://<skill>/<path> as listed by resources/list")
     name, slash, encoded = uri[len("skill://") :].partition("/")
     if not name or not slash:
-        raise BadRequest(f"{uri[:120]!r} names no file; use skill://<skill>/<path> as listed by resources/list")
+        raise BadRequest(f"{quoted(uri)} names no file; use skill://<skill>/<path> as listed by resources/list")
     try:
         rel = unquote_to_bytes(encoded).decode("utf-8")
     except UnicodeDecodeError:
-        raise BadRequest(f"{uri[:120]!r} does not decode to a UTF-8 path") from None
+        raise BadRequest(f"{quoted(uri)} does not decode to a UTF-8 path") from None
     return name, rel
 
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
 from .model import RunEntry, Skill
-from .paths import PathRefused, SkillDir, quoted
+from .paths import PathRefused, SkillDir
+from .text import quoted
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment

@@ -514,7 +514,7 @@ async def test_an_unknown_cursor_is_invalid_params(root, era):
             with pytest.raises(MCPError) as raised:
                 await client.list_resources(cursor=cursor, cache_mode="bypass")
             assert raised.value.error.code == INVALID_PARAMS, cursor
-            assert raised.value.error.message == f"unknown cursor {cursor!r}; start again without a cursor"
+            assert raised.value.error.message == f"unknown cursor {json.dumps(cursor, ensure_ascii=False)}; start again without a cursor"
         assert len((await client.list_resources(cache_mode="bypass")).resources) == 500
 
 
@@ -526,7 +526,7 @@ async def test_single_page_lists_refuse_any_cursor(deployment, era):
                     await getattr(client, method)(cursor=cursor, cache_mode="bypass")
                 assert (raised.value.error.code, raised.value.error.message) == (
                     INVALID_PARAMS,
-                    f"unknown cursor {cursor!r}; this list has a single page, request it without a cursor",
+                    f"unknown cursor {json.dumps(cursor, ensure_ascii=False)}; this list has a single page, request it without a cursor",
                 ), method
             assert (await getattr(client, method)(cache_mode="bypass")).next_cursor is None
 
