@@ -1,8 +1,8 @@
 """`skill-mcp check` and `skill-mcp list` (SPEC §14.2–14.3): the server's own deployment, printed.
 
-Both build the deployment exactly as `serve` does, minus the environ scrub and non-dumpable step,
-so what they print is what the server would serve. Formatting is pure; `check` and
-`list_deployment` are the only functions that read the environment or print.
+Both build the deployment as `serve` does, minus the environ scrub and non-dumpable step, so what they print
+is what the server would serve; `check` also leaves out the owner's grant, since it judges skills, not a
+deployment. Formatting is pure; only the commands at the end read the environment or print.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from .cli import EXIT_OK, EXIT_PROBLEMS
 from .deployment import Deployment, build_deployment
 from .frontmatter import json_key
-from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_MAX_NAME_CHARS, AGENT_SKILLS_NAME_PATTERN
+from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_MAX_NAME_CHARS, is_agent_skills_name
 from .model import Problem, Skill
 from .tools import skill_list
 
@@ -47,7 +47,7 @@ def _name_finding(frontmatter: Mapping[Any, Any]) -> str | None:
     name = frontmatter["name"]
     if not isinstance(name, str):
         return f'frontmatter "name" is {_kind(name)}, not a string'
-    if len(name) > AGENT_SKILLS_MAX_NAME_CHARS or not AGENT_SKILLS_NAME_PATTERN.fullmatch(name):
+    if not is_agent_skills_name(name):
         return (
             f'frontmatter name "{name}" is not 1-{AGENT_SKILLS_MAX_NAME_CHARS} lowercase letters, digits and single hyphens '
             '(no leading, trailing or doubled "-")'

@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from skill_mcp.declaration import description, read_declaration, skill_name, when_to_use
 from skill_mcp.files import read_capped_fd
 from skill_mcp.frontmatter import FrontmatterError, parse_skill_md
-from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_NAME_PATTERN
+from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
 from skill_mcp.paths import PathRefused, SkillDir, path_refusal
 from skill_mcp.text import quoted
-
-SKILL_MD = "SKILL.md"
 
 
 def discover(roots: Sequence[str], max_skills: int) -> Catalog:
@@ -36,7 +34,8 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
             try:
                 skill = _read_candidate(real_dir, root, problems)
             except Exception as error:  # R3: one unexpected failure costs this skill, never the listing
-                problems.append(Problem(real_dir, "unreadable-skill-md", f"SKILL.md could not be read: {error!r}"))
+                detail = f"reading this skill failed unexpectedly: {error!r}"
+                problems.append(Problem(real_dir, "unreadable-skill-md", detail))
                 continue
             if skill is not None:
                 skills.append(skill)

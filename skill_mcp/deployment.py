@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .catalog import discover
 from .config import BUNDLED_ROOT, Config, ConfigWarning, absolute_root, load_config
-from .grants import GrantState, apply_grant, resolve_grant
+from .grants import NO_GRANT, GrantState, apply_grant, resolve_grant
 from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
 from .model import Problem, RunEntry, Skill
@@ -42,7 +42,6 @@ class Deployment:
         return entry.interpreter in self.interpreters
 
 
-_NO_GRANT = GrantState(None, "declaration", None, None)
 UNSCRUBBED_PATH = "/proc/self/environ"
 
 
@@ -64,7 +63,7 @@ def build_deployment(
         roots, roots_from = tuple(absolute_root(cwd, root) for root in roots_override), "arguments"
     interpreters, interpreter_warnings = find_interpreters(config, environ.get("PATH"), server_venv_prefix())
     catalog = discover(roots, config.max_skills)
-    grant = resolve_grant(config) if apply_owner_grant else _NO_GRANT
+    grant = resolve_grant(config) if apply_owner_grant else NO_GRANT
     effective, grant_problems = apply_grant(catalog.skills, grant)
     extension_names, extension_problems = extension_exclusions(catalog.skills)
     run_block = run_block_reason(scrub, config.hosted, config.allow_unscrubbed) if scrub else None

@@ -39,6 +39,9 @@ class GrantState:
     grant_note: str | None
 
 
+NO_GRANT = GrantState(None, "declaration", None, None)  # standalone: each skill's own declaration decides (§10.2)
+
+
 class _RepeatedKeys(dict):
     """A JSON object that repeated a key, which json.loads would otherwise resolve silently."""
 
@@ -86,7 +89,7 @@ def resolve_grant(config: Config) -> GrantState:
     if config.grant_raw is None:
         if config.hosted:
             return GrantState((), "hosted-default", None, HOSTED_DEFAULT_NOTE)
-        return GrantState(None, "declaration", None, None)
+        return NO_GRANT
     try:
         return GrantState(parse_grant(config.grant_raw), GRANT_VARIABLE, None, None)
     except GrantError as exc:

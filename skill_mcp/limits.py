@@ -1,4 +1,5 @@
-"""Every fixed number and name list of the contract, in one place (SPEC §3.1, §6, §7, §9)."""
+"""The fixed numbers and name lists of discovery, paths, reads and runs (SPEC §3.1, §6, §7, §9). A number that
+belongs to one module's protocol alone (a page size, a drain time) stays with that module."""
 
 import re
 
@@ -6,6 +7,7 @@ MAX_SKILLS_DEFAULT = 32
 MAX_SKILLS_CEILING = 4096
 MAX_FILES_PER_SKILL = 2000
 MAX_DIRS_PER_SKILL = 2000
+SKILL_MD = "SKILL.md"
 MAX_SKILL_MD_BYTES = 262144
 MAX_FRONTMATTER_BYTES = 65536
 MAX_YAML_DEPTH = 16
@@ -33,6 +35,10 @@ EGRESS_PATTERN = re.compile(r"[A-Za-z0-9.*-]+")
 AGENT_SKILLS_NAME_PATTERN = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 AGENT_SKILLS_MAX_NAME_CHARS = 64
 AGENT_SKILLS_MAX_DESCRIPTION_CHARS = 1024
+
+
+def is_agent_skills_name(name: str) -> bool:
+    return len(name) <= AGENT_SKILLS_MAX_NAME_CHARS and AGENT_SKILLS_NAME_PATTERN.fullmatch(name) is not None
 
 INTERPRETERS = ("node", "python3")
 

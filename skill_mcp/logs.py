@@ -15,10 +15,9 @@ if TYPE_CHECKING:
     from .deployment import Deployment
     from .hardening import ScrubResult
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
-
 
 def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None) -> None:
+    """`level` is one of config.LOG_LEVELS, `fmt` json or console (config validated both)."""
     stream = stream or sys.stderr
     renderer: Any
     if fmt == "console":
@@ -28,7 +27,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
     stamp = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True)]
     structlog.configure(
         processors=[*stamp, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )

@@ -1,7 +1,7 @@
 """`skill_run` (SPEC §9.1): the preview stage, the confirmation gate's three paths, one run at a time.
 
-The pure pieces live elsewhere (confirm.py seals and words, runner.py spawns and bounds);
-this module orders the checks and talks to the MCP session.
+The pieces live elsewhere (confirm.py seals and words, runner.py spawns and bounds); this module orders the
+checks and talks to the MCP session.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from . import confirm
 from .deployment import Deployment
 from .files import FileTooLarge, sha256_fd
 from .hardening import ChildLimits
-from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES, MAX_TIMEOUT_MS
+from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES
 from .logs import get_logger
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir
@@ -36,7 +36,7 @@ from .runner import (
 )
 from .server import failure_result, text_result
 from .text import quoted
-from .tools import ToolFailure, find_skill, minified, unavailable_reason, unreadable
+from .tools import ToolFailure, find_skill, minified, runnable_interpreters, unavailable_reason, unreadable
 
 
 class Refused(ToolFailure):
@@ -184,7 +184,7 @@ class RunService:
             "interpreter": entry.interpreter,
             "argv": [entry.script, *args],
             "cwd": skill.real_dir,
-            "timeoutMs": min(entry.timeout_ms, MAX_TIMEOUT_MS),
+            "timeoutMs": entry.timeout_ms,  # clamped to MAX_TIMEOUT_MS when declared
             "scriptSha256": script_sha256,
             "envNames": sorted(env),
         }
@@ -192,7 +192,7 @@ class RunService:
         if not_set:
             will_run["envNotSet"] = not_set
         handed = [name for name in entry.env if name in env]
-        if deployment.grant.grant_from == "declaration" and handed:
+        if deployment.grant.rows is None and handed:  # no grant: the declaration alone asked for these
             will_run["envWarning"] = (
                 "No MCP_SKILL_RUN grant is set, so this third-party script will be handed the VALUES of "
                 f"{', '.join(handed)} from this server's environment only because its own SKILL.md asked; "
@@ -335,12 +335,12 @@ class RunService:
                     )
                 if not spent_now:
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
-            return await self._spawn(draft)
+            return await self._execute(draft)
         finally:
             self._busy = False
             self._active_pid = None
 
-    async def _spawn(self, draft: Draft) -> types.CallToolResult:
+    async def _execute(self, draft: Draft) -> types.CallToolResult:
         deployment, entry = self.deployment, draft.entry
         env = script_environment(deployment.environ, entry.env)
         argv = build_argv(entry.interpreter, deployment.interpreters[entry.interpreter], draft.real_script, draft.args)
@@ -369,11 +369,11 @@ class RunService:
             raise
         except SpawnFailed as failed:
             self._log.warning("run.refused", skill=draft.skill.name, script=entry.script, reason="spawn-failed")
-            runs = ", ".join(sorted(deployment.interpreters)) or "none"
             return failure_result(
                 ToolFailure(
                     f'could not start "{entry.script}": {failed}',
-                    f"This deployment runs: {runs}; the script must be a regular file inside the skill.",
+                    f"This deployment runs: {runnable_interpreters(deployment)}; the script must be a regular file "
+                    "inside the skill.",
                 )
             )
         result = self._result(draft, outcome, sorted(env))

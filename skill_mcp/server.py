@@ -1,4 +1,4 @@
-"""MCP wiring (SPEC §5, §8): connects protocol methods to the pure handlers, both eras.
+"""MCP wiring (SPEC §5, §8): connects protocol methods to the handlers of tools.py, surfaces.py and skills_ext.py, both eras.
 
 Nothing here decides what is served; it only translates between the SDK's models and
 the handlers' plain values, and keeps every exception off the wire.
@@ -42,7 +42,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     tool_models = [types.Tool.model_validate(tool) for tool in TOOLS]
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        bad_request("tools/list", lambda: surfaces.single_page(params and params.cursor))
+        answer("tools/list", lambda: surfaces.single_page(params and params.cursor))
         return types.ListToolsResult(tools=tool_models)
 
     # Each boot-time answer is rendered once; at most one per served skill, plus the listing.
@@ -72,7 +72,8 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
             log.error("tool.error", tool=name, errorType=type(error).__name__)
             return text_result(f"an internal error occurred in {name}; nothing more is known here, see the server log", is_error=True)
 
-    def bad_request(method: str, action: Callable[[], Any]) -> Any:
+    def answer(method: str, action: Callable[[], Any]) -> Any:
+        """`action()`'s value for `method`; bad input becomes -32602, anything else -32603, logged (§5.3)."""
         try:
             return action()
         except surfaces.BadRequest as bad:
@@ -84,11 +85,11 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
             ) from None
 
     async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        bad_request("prompts/list", lambda: surfaces.single_page(params and params.cursor))
+        answer("prompts/list", lambda: surfaces.single_page(params and params.cursor))
         return types.ListPromptsResult.model_validate({"prompts": surfaces.prompts(deployment)})
 
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        return types.GetPromptResult.model_validate(bad_request("prompts/get", lambda: surfaces.prompt(deployment, params.name)))
+        return types.GetPromptResult.model_validate(answer("prompts/get", lambda: surfaces.prompt(deployment, params.name)))
 
     # The listing comes from the boot-time manifest, so each page is built, validated and dumped once; a plain
     # dict spares the SDK a model dump per request, and it still validates every answer on its way out.
@@ -97,7 +98,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         cursor = params.cursor if params else None
         if cursor not in resource_pages:
-            page, next_cursor = bad_request("resources/list", lambda: surfaces.resources_page(deployment, cursor))
+            page, next_cursor = answer("resources/list", lambda: surfaces.resources_page(deployment, cursor))
             result = types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
             resource_pages[cursor] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return resource_pages[cursor]
@@ -105,11 +106,11 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     async def list_templates(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        bad_request("resources/templates/list", lambda: surfaces.single_page(params and params.cursor))
+        answer("resources/templates/list", lambda: surfaces.single_page(params and params.cursor))
         return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": [surfaces.RESOURCE_TEMPLATE]})
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        return types.ReadResourceResult.model_validate(bad_request("resources/read", lambda: surfaces.read_resource(deployment, str(params.uri))))
+        return types.ReadResourceResult.model_validate(answer("resources/read", lambda: surfaces.read_resource(deployment, str(params.uri))))
 
     server: Server[Any] = Server(
         "skill-mcp",
@@ -123,7 +124,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
     )
-    _register_skills_extension(server, deployment, bad_request)
+    _register_skills_extension(server, deployment, answer)
     return server
 
 

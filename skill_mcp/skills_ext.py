@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .declaration import skill_name
 from .files import media_type, sha256_fd
 from .frontmatter import frontmatter_to_json
-from .limits import (
-    AGENT_SKILLS_MAX_DESCRIPTION_CHARS,
-    AGENT_SKILLS_MAX_NAME_CHARS,
-    AGENT_SKILLS_NAME_PATTERN,
-)
+from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, SKILL_MD, is_agent_skills_name
 from .model import Problem, Skill
 from .paths import PathRefused, SkillDir
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
@@ -34,15 +31,15 @@ _Item = TypeVar("_Item")
 
 def exclusion_reason(skill: Skill) -> str | None:
     """Why a served skill cannot be an extension skill (§12.2), or None when it can."""
-    name = skill.frontmatter.get("name")
-    if not isinstance(name, str):
+    name = skill_name(skill.frontmatter)
+    if name is None:
         return "its frontmatter has no string name"
     if name != skill.name:
-        return f'its frontmatter name "{name}" differs from its directory name "{skill.name}"'
-    if len(name) > AGENT_SKILLS_MAX_NAME_CHARS or not AGENT_SKILLS_NAME_PATTERN.fullmatch(name):
-        return f'its name "{name}" is not in Agent Skills form (1-64 lowercase letters, digits and single hyphens)'
-    description = skill.frontmatter.get("description")
-    if not isinstance(description, str):
+        return f"its frontmatter name {quoted(name)} differs from its directory name {quoted(skill.name)}"
+    if not is_agent_skills_name(name):
+        return f"its name {quoted(name)} is not in Agent Skills form (1-64 lowercase letters, digits and single hyphens)"
+    description = skill.description
+    if description is None:
         return "its frontmatter has no string description"
     if not 1 <= len(description) <= AGENT_SKILLS_MAX_DESCRIPTION_CHARS:
         return f"its description is {len(description)} characters, outside 1-{AGENT_SKILLS_MAX_DESCRIPTION_CHARS}"
@@ -79,7 +76,7 @@ def extension_skills(deployment: Deployment) -> list[Skill]:
 def _resource_paths(skill: Skill) -> list[str]:
     """SKILL.md first when the manifest lacks it (an in-skill symlink), then the manifest in order."""
     paths = [entry.path for entry in skill.manifest]
-    return paths if "SKILL.md" in paths else ["SKILL.md", *paths]
+    return paths if SKILL_MD in paths else [SKILL_MD, *paths]
 
 
 def _digests(skill: Skill) -> list[dict[str, Any]] | str:
@@ -110,7 +107,7 @@ def skill_entry(skill: Skill) -> dict[str, Any]:
     """`{uri, frontmatter, resources}`, digests computed now, streamed, through the resolve check."""
 
     return {
-        "uri": resource_uri(skill.name, "SKILL.md"),
+        "uri": resource_uri(skill.name, SKILL_MD),
         "frontmatter": frontmatter_to_json(skill.frontmatter),
         "resources": _digests(skill),
     }
@@ -139,9 +136,9 @@ def skills_page(deployment: Deployment, cursor: str | None) -> dict[str, Any]:
 def get_skill(deployment: Deployment, uri: str) -> dict[str, Any]:
 
     for skill in extension_skills(deployment):
-        if uri == resource_uri(skill.name, "SKILL.md"):
+        if uri == resource_uri(skill.name, SKILL_MD):
             return {"skill": skill_entry(skill), **CACHE_HINTS}
-    left_out = next((skill for skill in deployment.skills if uri == resource_uri(skill.name, "SKILL.md")), None)
+    left_out = next((skill for skill in deployment.skills if uri == resource_uri(skill.name, SKILL_MD)), None)
     if left_out is not None:  # served by the tools, but not a skill of the extension: say why
         raise BadRequest(
             f"no skill is served at {quoted(uri)} in the Skills extension: {exclusion_reason(left_out)}; "

@@ -1,5 +1,6 @@
 """The second doors (SPEC §8): one prompt per skill, one `skill://` resource per bundled file,
-and the `instructions` catalog (SPEC §5.1). Pure: deployment in, JSON-able values out."""
+and the `instructions` catalog (SPEC §5.1): deployment in, JSON-able values out. Only `read_resource` touches
+the file system, through the resolve check."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote_to_bytes
 
 from .files import encode_content, media_type, read_capped_fd
-from .limits import MAX_FILE_BYTES
+from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .text import quoted
@@ -78,17 +79,15 @@ def resource_uri(skill_name: str, rel: str) -> str:
 
 
 def _resource(deployment: Deployment, skill: Skill, rel: str, size: int) -> dict[str, Any]:
-    shown_name = skill.name
-    if rel == "SKILL.md" and skill.name in deployment.extension_names:
-        shown_name = skill.frontmatter.get("name", skill.name)
+    # §8.2 names an extension skill's SKILL.md by its frontmatter name, which §12.2 requires to be the directory's.
     resource = {
         "uri": resource_uri(skill.name, rel),
-        "name": f"{shown_name}/{rel}",
+        "name": f"{skill.name}/{rel}",
         "title": f"{skill.name}: {rel}",
         "mimeType": media_type(rel),
         "size": size,
     }
-    if rel == "SKILL.md" and skill.description is not None:
+    if rel == SKILL_MD and skill.description is not None:
         resource["description"] = skill.description
     return resource
 

@@ -129,9 +129,12 @@ def _script_json(entry: RunEntry) -> dict[str, Any]:
     return {"script": entry.script, "interpreter": entry.interpreter, "timeoutMs": entry.timeout_ms, "env": list(entry.env)}
 
 
+def runnable_interpreters(deployment: Deployment) -> str:
+    return ", ".join(sorted(deployment.interpreters)) or "none"
+
+
 def unavailable_reason(deployment: Deployment, entry: RunEntry) -> str:
-    runs = ", ".join(sorted(deployment.interpreters)) or "none"
-    return f'declares the interpreter "{entry.interpreter}"; this deployment runs: {runs}'
+    return f'declares the interpreter "{entry.interpreter}"; this deployment runs: {runnable_interpreters(deployment)}'
 
 
 # --- skill_load -------------------------------------------------------------------------------
