@@ -95,10 +95,6 @@ def _as_text(data: bytes) -> str | None:
         return None
 
 
-def is_text(data: bytes) -> bool:
-    return _as_text(data) is not None
-
-
 def encode_content(data: bytes) -> tuple[str, str]:
     """Return `(encoding, content)`: `("utf-8", text)` for text, else `("base64", ascii)`."""
     text = _as_text(data)

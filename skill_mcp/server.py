@@ -1,4 +1,5 @@
-"""MCP wiring (SPEC §5, §8): connects protocol methods to the handlers of tools.py, surfaces.py and skills_ext.py, both eras.
+"""MCP wiring (SPEC §5, §8): connects protocol methods to the handlers of tools.py, surfaces.py and
+skills_ext.py, both eras.
 
 Nothing here decides what is served; it only translates between the SDK's models and
 the handlers' plain values, and keeps every exception off the wire.

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from skill_mcp.files import CappedRead, encode_content, is_text, media_type, read_capped_fd
+from skill_mcp.files import CappedRead, encode_content, media_type, read_capped_fd
 from skill_mcp.limits import MAX_FILE_BYTES
 from skill_mcp.paths import NotRegularFile, PathRefused, SkillDir
 
@@ -122,8 +122,10 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
         ("é".encode()[:1], False),
     ],
 )
-def test_is_text(data, expected):
-    assert is_text(data) is expected
+def test_text_is_no_nul_and_strict_utf8(data, expected):
+    encoding, content = encode_content(data)
+    assert encoding == ("utf-8" if expected else "base64")
+    assert (content.encode() if expected else base64.b64decode(content)) == data
 
 
 def test_text_comes_back_exact_as_utf8():
