@@ -120,6 +120,21 @@ def schema_violation(tool: str, arguments: Any) -> str | None:
     return None if problem is None else f"invalid arguments for {tool}: {problem}"
 
 
+# The Skills extension's params, checked here rather than by the SDK, whose answer names no field.
+_STRING = {"type": "string"}
+EXTENSION_PARAMS: dict[str, dict[str, Any]] = {
+    "skills/list": {"type": "object", "properties": {"cursor": _STRING}},
+    "skills/get": {"type": "object", "properties": {"uri": _STRING}, "required": ["uri"]},
+    "resources/directory/read": {"type": "object", "properties": {"uri": _STRING, "cursor": _STRING}, "required": ["uri"]},
+}
+
+
+def params_violation(method: str, params: dict[str, Any]) -> str | None:
+    """What is wrong with an extension method's params (absent and null alike are left out), or None."""
+    problem = _violation(EXTENSION_PARAMS[method], params, "")
+    return None if problem is None else f"invalid params for {method}: {problem}"
+
+
 def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
     label = f'"{where}"' if where else "arguments"
     expected = schema["type"]

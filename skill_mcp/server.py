@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from . import skills_ext, surfaces
 from .deployment import Deployment
 from .logs import get_logger
-from .schemas import TOOLS, TOOLS_BY_NAME, schema_violation
+from .schemas import TOOLS, TOOLS_BY_NAME, params_violation, schema_violation
 from .text import quoted
 from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
@@ -129,17 +129,11 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     return server
 
 
-class SkillsListParams(types.RequestParams):
-    cursor: str | None = None
+class ExtensionParams(types.RequestParams):
+    """Whatever the client sent: schemas.params_violation checks it, and says which field is wrong and how."""
 
-
-class SkillsGetParams(types.RequestParams):
-    uri: str
-
-
-class DirectoryReadParams(types.RequestParams):
-    uri: str
-    cursor: str | None = None
+    uri: Any = None
+    cursor: Any = None
 
 
 def _register_skills_extension(
@@ -149,25 +143,32 @@ def _register_skills_extension(
     `answer(method, compute)` applies the error convention: bad input -32602, anything else -32603."""
 
     def handler(method: str, compute: Callable[[Any], dict[str, Any]]) -> Any:
-        async def handle(ctx: Any, params: Any) -> dict[str, Any]:
+        async def handle(ctx: Any, params: ExtensionParams | None) -> dict[str, Any]:
+            given = {name: value for name in ("uri", "cursor") if (value := getattr(params, name, None)) is not None}
+
+            def checked() -> dict[str, Any]:
+                if (problem := params_violation(method, given)) is not None:
+                    raise surfaces.BadRequest(problem)
+                return compute(given)
+
             # Off the event loop: one answer may hash 16 MiB per skill.
-            return await anyio.to_thread.run_sync(answer, method, lambda: compute(params))
+            return await anyio.to_thread.run_sync(answer, method, checked)
 
         return handle
 
     server.extensions = {**server.extensions, skills_ext.EXTENSION_ID: {"directoryRead": True}}
     server.add_request_handler(
-        "skills/list", SkillsListParams, handler("skills/list", lambda params: skills_ext.skills_page(deployment, params.cursor))
+        "skills/list", ExtensionParams, handler("skills/list", lambda given: skills_ext.skills_page(deployment, given.get("cursor")))
     )
     server.add_request_handler(
-        "skills/get", SkillsGetParams, handler("skills/get", lambda params: skills_ext.get_skill(deployment, params.uri))
+        "skills/get", ExtensionParams, handler("skills/get", lambda given: skills_ext.get_skill(deployment, given["uri"]))
     )
     server.add_request_handler(
         "resources/directory/read",
-        DirectoryReadParams,
+        ExtensionParams,
         handler(
             "resources/directory/read",
-            lambda params: skills_ext.directory_page(deployment, params.uri, params.cursor),
+            lambda given: skills_ext.directory_page(deployment, given["uri"], given.get("cursor")),
         ),
     )
 

@@ -432,3 +432,23 @@ async def test_skills_get_streams_digests_in_bounded_memory(tmp_path: Any, era: 
     assert growth < 8 * MIB, growth
     # The same measurement catches a whole-file read, so the bound above means something.
     assert await allocation_growth(read_whole_file) > 8 * MIB
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize(
+    ("method", "params", "expected"),
+    [
+        ("skills/get", {}, 'invalid params for skills/get: "uri" is required'),
+        ("skills/get", {"uri": 5}, 'invalid params for skills/get: "uri" must be a string, not a number'),
+        ("skills/list", {"cursor": []}, 'invalid params for skills/list: "cursor" must be a string, not an array'),
+        ("resources/directory/read", {"uri": "skill://alpha", "cursor": {}},
+         'invalid params for resources/directory/read: "cursor" must be a string, not an object'),
+    ],
+)
+async def test_wrong_params_say_which_field_and_what_it_must_be(tmp_path: Any, era: str, method: str, params: Any,
+                                                                  expected: str) -> None:
+    plain_skill(str(tmp_path), "alpha")
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        error = (await refused(client, method, **params)).error
+        assert (error.code, error.message) == (types.INVALID_PARAMS, expected)
+        assert (await call(client, "skills/get", uri="skill://alpha/SKILL.md"))["skill"]  # still serving
