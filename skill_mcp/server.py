@@ -42,6 +42,18 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     log = get_logger()
     tool_models = [types.Tool.model_validate(tool) for tool in TOOLS]
 
+    def answer(method: str, action: Callable[[], Any]) -> Any:
+        """`action()`'s value for `method`; bad input becomes -32602, anything else -32603, logged (§5.3)."""
+        try:
+            return action()
+        except surfaces.BadRequest as bad:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(bad)) from None
+        except Exception as error:  # noqa: BLE001 - the handshake-era SDK would send code 0 with the exception text
+            log.error("method.error", method=method, errorType=type(error).__name__)
+            raise MCPError(
+                code=types.INTERNAL_ERROR, message=f"an internal error occurred in {method}; see the server log"
+            ) from None
+
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         answer("tools/list", lambda: surfaces.single_page(params and params.cursor))
         return types.ListToolsResult(tools=tool_models)
@@ -72,18 +84,6 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         except Exception as error:  # noqa: BLE001 - the low-level SDK would turn it into a bare JSON-RPC error
             log.error("tool.error", tool=name, errorType=type(error).__name__)
             return text_result(f"an internal error occurred in {name}; nothing more is known here, see the server log", is_error=True)
-
-    def answer(method: str, action: Callable[[], Any]) -> Any:
-        """`action()`'s value for `method`; bad input becomes -32602, anything else -32603, logged (§5.3)."""
-        try:
-            return action()
-        except surfaces.BadRequest as bad:
-            raise MCPError(code=types.INVALID_PARAMS, message=str(bad)) from None
-        except Exception as error:  # noqa: BLE001 - the handshake-era SDK would send code 0 with the exception text
-            log.error("method.error", method=method, errorType=type(error).__name__)
-            raise MCPError(
-                code=types.INTERNAL_ERROR, message=f"an internal error occurred in {method}; see the server log"
-            ) from None
 
     async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         answer("prompts/list", lambda: surfaces.single_page(params and params.cursor))
