@@ -330,6 +330,5 @@ def _encodable(problem: Problem) -> Problem:
     return Problem(path, problem.reason, detail)
 
 
-
 def _os_text(error: BaseException) -> str:
     return getattr(error, "strerror", None) or str(error)

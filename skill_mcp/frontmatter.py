@@ -158,7 +158,6 @@ def _position(mark: Any) -> str:
     return f" (line {mark.line + _FIRST_YAML_LINE}, column {mark.column + 1})"
 
 
-
 def _offset_position(text: str, offset: int) -> str:
     line_start = text.rfind("\n", 0, offset) + 1
     return f" (line {text.count(chr(10), 0, offset) + _FIRST_YAML_LINE}, column {offset - line_start + 1})"
