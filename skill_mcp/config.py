@@ -199,4 +199,3 @@ def _max_skills(value: str | None, warnings: list[ConfigWarning]) -> int:
         warnings.append(ConfigWarning("MCP_MAX_SKILLS", problem))
         return MAX_SKILLS_CEILING
     return number
-

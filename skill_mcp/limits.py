@@ -40,6 +40,7 @@ AGENT_SKILLS_MAX_DESCRIPTION_CHARS = 1024
 def is_agent_skills_name(name: str) -> bool:
     return len(name) <= AGENT_SKILLS_MAX_NAME_CHARS and AGENT_SKILLS_NAME_PATTERN.fullmatch(name) is not None
 
+
 INTERPRETERS = ("node", "python3")
 
 AMBIENT_SCRIPT_ALLOWLIST = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")

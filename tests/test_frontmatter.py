@@ -109,6 +109,7 @@ def test_escaped_surrogate_pairs_join_into_one_character():
     frontmatter, _ = parse_skill_md('---\nd: "\\ud83d\\ude00 \\U0001F600"\n\\ud83d\\ude00: k\n---\n')
     assert frontmatter == {"d": "\U0001F600 \U0001F600", "\\ud83d\\ude00": "k"}
 
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

@@ -199,4 +199,3 @@ def test_opened_refuses_like_resolve_and_leaks_no_descriptor(layout):
                 pass
     if before is not None:
         assert len(os.listdir("/proc/self/fd")) == before
-

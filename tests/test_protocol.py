@@ -640,4 +640,3 @@ async def test_a_symlink_planted_after_boot_is_refused_on_read(deployment, tree,
                 INVALID_PARAMS,
                 f"\"{rel}\" resolves outside the skill's own directory",
             )
-

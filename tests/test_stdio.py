@@ -38,6 +38,8 @@ BOOT_FIELDS = {
     "version", "roots", "rootsFrom", "grantFrom", "hosted", "skills", "problems", "interpreters",
     "environScrub", "nonDumpable", "maxSkills", "confirmMode", "elicitation",
 }  # fmt: skip
+
+
 def assert_stdout_is_only_json_rpc(client: LineClient) -> None:
     assert client.stdout_lines, "no protocol output at all"
     for line in client.stdout_lines:
