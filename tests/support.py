@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import textwrap
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +116,19 @@ def resolve_in_skill(skill_dir: str, rel: str) -> str:
     fd, real, _ = SkillDir(skill_dir).open(rel)
     os.close(fd)
     return real
+
+
+@contextmanager
+def fails_after(seconds: int) -> Any:
+    """Raise TimeoutError in the block after `seconds`: a blocking system call is interrupted, not waited out."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"blocked for more than {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -3,13 +3,12 @@ real files (SPEC §6.3–6.5, §17 items 78–79, 85–86, 89–91)."""
 
 import base64
 import os
-import signal
 import subprocess
 import sys
 import tracemalloc
-from contextlib import contextmanager
 
 import pytest
+from support import fails_after
 
 from skill_mcp.files import CappedRead, encode_content, media_type, read_capped_fd
 from skill_mcp.limits import MAX_FILE_BYTES
@@ -32,20 +31,6 @@ def read_capped(path: str, max_bytes: int) -> CappedRead:
     directory, name = os.path.split(path)
     with SkillDir(directory).opened(name) as (fd, status):
         return read_capped_fd(fd, max_bytes, status)
-
-
-@contextmanager
-def fails_after(seconds: int):
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"blocked for more than {seconds}s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def peak_growth(read) -> int:

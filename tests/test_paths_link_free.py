@@ -6,6 +6,7 @@ import os
 import stat
 
 import pytest
+from support import fails_after
 
 from skill_mcp import paths
 from skill_mcp.paths import LinkFreeOpener, SkillDir
@@ -67,3 +68,17 @@ def test_the_opener_gives_up_for_good_where_the_kernel_lacks_the_call(skill):
     opener = LinkFreeOpener(number=1_000_000)
     assert opener(f"{skill}/scripts/ok.js") is None
     assert not opener.usable
+
+
+def test_a_fifo_swapped_in_after_the_lstat_does_not_block_the_open(skill):
+    # §17 #78. The link-free way is the only one that opens a path for reading after checking it (the full check
+    # reopens the very inode it checked): a FIFO put there between its lstat and its openat2 must not block it.
+    # The swap cannot be timed from here, so the opener is called on the FIFO itself; the inode comparison that
+    # follows in _open_link_free hands it to the full check, which refuses it.
+    os.mkfifo(skill / "pipe")  # no writer: a blocking open would wait forever
+    with fails_after(5):
+        fd = paths._OPEN_LINK_FREE(str(skill / "pipe"))
+    try:
+        assert fd is not None and stat.S_ISFIFO(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
