@@ -13,6 +13,7 @@ from skill_mcp.limits import (
     EGRESS_PATTERN,
     ENV_NAME_PATTERN,
     MAX_TIMEOUT_MS,
+    PROXY_VARIABLES,
     RESERVED_SCRIPT_ENV,
 )
 from skill_mcp.model import Declaration, EnvField, RunEntry
@@ -161,6 +162,8 @@ def _read_run_env(at: str, entry: dict[Any, Any], findings: list[str]) -> tuple[
     for index, item in enumerate(items):
         if not _is_identifier(item):
             findings.append(f"{at} env item {index} is not an identifier (letters, digits, _); ignored")
+        elif item in PROXY_VARIABLES:
+            findings.append(f"{at} asks for {item}, which is reserved: a proxy URL can carry credentials; refused")
         elif item in RESERVED_SCRIPT_ENV:
             findings.append(f"{at} asks for {item}, which is reserved: it is set by the host for itself; refused")
         else:

@@ -234,7 +234,7 @@ class SkillDir:
         return fd, real, status
 
     def _check(self, rel: str, real: str, status: os.stat_result) -> None:
-        if not real.startswith(self._given_prefix):
+        if not (real.startswith(self._given_prefix) or real == self._given):  # the directory itself: not regular
             self.check_in_place()
             raise PathRefused(
                 f"{quoted(rel)} resolves outside the skill's own directory",

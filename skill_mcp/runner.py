@@ -129,8 +129,9 @@ def _watch_exit(loop: asyncio.AbstractEventLoop, process: subprocess.Popen, on_e
         pidfd = None
     if pidfd is None:
         def wait() -> None:
-            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
-            kill_process_group(process.pid)
+            if hasattr(os, "waitid"):  # not on macOS, where the group is killed only at a timeout
+                os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+                kill_process_group(process.pid)
             process.wait()
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(on_exit)

@@ -271,6 +271,7 @@ def test_acceptance_62_reserved_names_are_dropped_and_named():
     assert entry.env == ("OK_VAR",)
     refused = ["MCP_SKILLS_PATH", "MCP_CONFIRM_SECRET", "HTTPS_PROXY", "http_proxy"]
     assert all(name in finding for name, finding in zip(refused, findings, strict=True))
+    assert all("a proxy URL can carry credentials" in finding for finding in findings[2:])
     assert all(AT in finding and "reserved" in finding for finding in findings)
 
 

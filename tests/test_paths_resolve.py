@@ -88,6 +88,11 @@ def test_directory_is_refused_as_not_regular(layout):
     assert refused.hint == "Only regular files can be read or executed."
 
 
+def test_a_link_to_the_skill_directory_itself_is_not_regular_not_outside(layout):
+    os.symlink(".", layout / "skill" / "self")  # §6.2: equal to the directory is not outside it
+    assert refusal(layout / "skill", "self").message == '"self" is not a regular file'
+
+
 def test_fifo_is_refused_as_not_regular(layout):
     os.mkfifo(layout / "skill" / "pipe")
     assert refusal(layout / "skill", "pipe").message == '"pipe" is not a regular file'

@@ -190,8 +190,11 @@ async def test_detached_grandchild_holding_the_pipes_does_not_delay_settling(int
 
 
 @pytest.mark.anyio
-async def test_exit_is_detected_without_pidfd(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("waitid", ["waitid", "no-waitid"])  # macOS has neither pidfd_open nor os.waitid
+async def test_exit_is_detected_without_pidfd(monkeypatch: pytest.MonkeyPatch, waitid: str) -> None:
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    if waitid == "no-waitid":
+        monkeypatch.delattr(os, "waitid")
     result = await run_fixture("python3", "detached_holder", timeout_ms=10000)
     try:
         assert (result.exit_code, result.timed_out) == (0, False)
