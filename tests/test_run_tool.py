@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -1199,3 +1200,19 @@ async def test_a_script_over_16_mib_is_refused_before_it_is_hashed_whole(tmp_pat
         with anyio.fail_after(5):
             refused = error_text(await client.call_tool("skill_run", call("big", "big.py")))
     assert refused.startswith('"big.py" is more than 16777216 bytes, the cap for a script; it is not run')
+
+
+async def test_python_scripts_run_isolated_and_outside_the_servers_venv(tmp_path: Path) -> None:
+    # §17 #105 end to end: PATH lists the server's venv first, as an activated venv does; the lookup skips it.
+    flags = "import json, sys\nprint(json.dumps([sys.flags.dont_write_bytecode, sys.flags.ignore_environment, " \
+            "sys.flags.no_user_site, sys.prefix]))\n"
+    runner = "name: flags\ndescription: F.\nmcp-host:\n  version: 1\n  run:\n    - script: flags.py\n      interpreter: python3\n"
+    write_skill(tmp_path, "flags", runner, files={"flags.py": flags})
+    venv_bin = os.path.dirname(sys.executable)
+    service = RunService(deployment_for({"SKILLS_DIR": str(tmp_path), "PATH": f"{venv_bin}:/usr/bin:/bin"}))
+    assert service.deployment.interpreters["python3"] != os.path.join(venv_bin, "python3")
+    async with connect(service.deployment, "legacy", service.call) as client:
+        result = await confirmed_run(client, call("flags", "flags.py"))
+    no_bytecode, no_environment, no_user_site, prefix = json.loads(result["stdout"])
+    assert (no_bytecode, no_environment, no_user_site) == (1, 1, 1)
+    assert prefix != sys.prefix

@@ -266,6 +266,19 @@ def test_an_unknown_log_setting_falls_back_with_a_warning(tree):
     assert any(event["event"] == "boot" for event in events)
 
 
+@pytest.mark.parametrize(("value", "effective"), [("5000", 4096), ("abc", 32)])
+def test_a_bad_max_skills_warns_once_without_its_value(tree, value, effective):
+    # §17 #14 on the wire: the fallback applies and one config.warning names the variable, never the value.
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_MAX_SKILLS=value)) as client:
+        client.close_stdin()
+        assert client.wait() == 0
+    events = client.log_events()
+    warnings = [event for event in events if event["event"] == "config.warning"]
+    assert [warning["variable"] for warning in warnings] == ["MCP_MAX_SKILLS"]
+    assert value not in json.dumps([{key: item for key, item in event.items() if key != "timestamp"} for event in events])
+    assert [event["maxSkills"] for event in events if event["event"] == "boot"] == [effective]
+
+
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_an_unrelated_cwd_serves_the_bundled_demo(tmp_path, launcher):
     with running(LAUNCHERS[launcher], clean_environ(), cwd=str(tmp_path)) as client:
