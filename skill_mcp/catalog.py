@@ -16,7 +16,7 @@ from skill_mcp.files import read_capped_fd
 from skill_mcp.frontmatter import FrontmatterError, parse_skill_md
 from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
-from skill_mcp.paths import PathRefused, SkillDir, path_refusal
+from skill_mcp.paths import PathRefused, SkillDir, open_directory_in_place, path_refusal
 from skill_mcp.text import quoted
 
 
@@ -243,45 +243,53 @@ def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> tuple[t
     queue: deque[tuple[str, str]] = deque([(real_dir, "")])
     while queue:
         directory, prefix = queue.popleft()
-        try:
-            with os.scandir(directory) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
-        except OSError:
+        # Listed through a descriptor checked to be this very directory: one swapped for a link mid-walk (at
+        # boot, by a process of this uid) cannot put the names and sizes of an outside directory in the manifest.
+        fd = open_directory_in_place(directory)
+        if fd is None:
             continue
-        for entry in entries:
-            if entry.is_symlink():
-                continue
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if not is_dir and not entry.is_file(follow_symlinks=False):
-                continue  # FIFOs, sockets, devices
-            rel = prefix + entry.name
-            refusal = path_refusal(rel)
-            if refusal is not None:
-                below = "; nothing under it is listed either" if is_dir else ""
-                refuse(
-                    "unusable-path",
-                    f"{quoted(rel)} cannot be addressed by skill_file ({refusal}), so it is not listed{below}",
-                )
-                continue
-            if is_dir:
-                if dirs_enqueued == MAX_DIRS_PER_SKILL:
+        try:
+            try:
+                with os.scandir(fd) as listing:
+                    entries = sorted(listing, key=lambda entry: entry.name)
+            except OSError:
+                continue  # a directory that cannot be listed lists nothing
+            for entry in entries:
+                if entry.is_symlink():
+                    continue
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if not is_dir and not entry.is_file(follow_symlinks=False):
+                    continue  # FIFOs, sockets, devices
+                rel = prefix + entry.name
+                refusal = path_refusal(rel)
+                if refusal is not None:
+                    below = "; nothing under it is listed either" if is_dir else ""
+                    refuse(
+                        "unusable-path",
+                        f"{quoted(rel)} cannot be addressed by skill_file ({refusal}), so it is not listed{below}",
+                    )
+                    continue
+                if is_dir:
+                    if dirs_enqueued == MAX_DIRS_PER_SKILL:
+                        refuse(
+                            "file-limit",
+                            f"this skill has more than {MAX_DIRS_PER_SKILL} directories; the manifest lists the "
+                            f"{len(files)} files found; the rest is not walked",
+                        )
+                        return _sorted(files), True
+                    dirs_enqueued += 1
+                    queue.append((os.path.join(directory, entry.name), rel + "/"))
+                    continue
+                if len(files) == MAX_FILES_PER_SKILL:
                     refuse(
                         "file-limit",
-                        f"this skill has more than {MAX_DIRS_PER_SKILL} directories; the manifest lists the "
-                        f"{len(files)} files found; the rest is not walked",
+                        f"this skill has more than {MAX_FILES_PER_SKILL} files; the manifest lists the first "
+                        f"{MAX_FILES_PER_SKILL}; the rest is not walked",
                     )
                     return _sorted(files), True
-                dirs_enqueued += 1
-                queue.append((entry.path, rel + "/"))
-                continue
-            if len(files) == MAX_FILES_PER_SKILL:
-                refuse(
-                    "file-limit",
-                    f"this skill has more than {MAX_FILES_PER_SKILL} files; the manifest lists the first "
-                    f"{MAX_FILES_PER_SKILL}; the rest is not walked",
-                )
-                return _sorted(files), True
-            files.append(ManifestEntry(rel, entry.stat(follow_symlinks=False).st_size))
+                files.append(ManifestEntry(rel, entry.stat(follow_symlinks=False).st_size))
+        finally:
+            os.close(fd)
     return _sorted(files), False
 
 

@@ -114,6 +114,20 @@ class LinkFreeOpener:
 _OPEN_LINK_FREE = LinkFreeOpener.for_this_machine()
 
 
+def open_directory_in_place(real_path: str) -> int | None:
+    """A descriptor for listing the directory at `real_path`, or None when it cannot be opened or is no longer
+    there (a directory on the way was swapped for a link). Entries are then read and stat'ed through the
+    descriptor, so a swap after this check changes nothing about what is listed."""
+    try:
+        fd = os.open(real_path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if _CHECK_THEN_OPEN and os.readlink(f"/proc/self/fd/{fd}") != real_path:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _real_dir(path: str) -> str:
     if not _CHECK_THEN_OPEN:
         return os.path.realpath(path, strict=True)

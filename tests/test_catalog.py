@@ -12,9 +12,11 @@ import pytest
 from conftest import make_skill
 from support import as_unprivileged, world_readable_dir
 
+from skill_mcp import paths
 from skill_mcp.catalog import discover
 from skill_mcp.limits import MAX_SKILL_MD_BYTES
 from skill_mcp.model import ManifestEntry, Problem
+from skill_mcp.paths import open_directory_in_place
 
 MIB = 1024 * 1024
 RUNS_MISSING_SCRIPT = """name: runner
@@ -654,3 +656,20 @@ def test_unlistable_root_is_unreadable():
         root.chmod(0o755)
         shutil.rmtree(root)
     assert reasons(catalog) == [(str(root), "root-unreadable")]
+
+
+@pytest.mark.skipif(not paths._CHECK_THEN_OPEN, reason="no /proc here to tell a descriptor's path")
+def test_the_walk_lists_a_directory_only_where_discovery_found_it(tmp_path):
+    # The manifest walk opens each directory through this check before listing it, so a directory swapped for a
+    # link in the middle of a boot (by a process of the server's uid) lists nothing from where the link leads.
+    real = tmp_path / "skill" / "docs"
+    real.mkdir(parents=True)
+    (tmp_path / "outside" / "docs").mkdir(parents=True)
+    fd = open_directory_in_place(str(real))
+    assert fd is not None and os.listdir(fd) == []
+    os.close(fd)
+    (tmp_path / "skill").rename(tmp_path / "skill-away")
+    os.symlink(tmp_path / "outside", tmp_path / "skill")  # an ancestor now leads outside
+    assert open_directory_in_place(str(real)) is None
+    os.symlink(tmp_path / "outside" / "docs", tmp_path / "link")
+    assert open_directory_in_place(str(tmp_path / "link")) is None  # a link itself is never opened
