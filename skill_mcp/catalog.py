@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from skill_mcp.declaration import description, read_declaration, skill_name, when_to_use
-from skill_mcp.files import read_capped_fd
+from skill_mcp.files import CappedRead, read_capped_fd
 from skill_mcp.frontmatter import FrontmatterError, parse_skill_md
 from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
@@ -160,37 +160,8 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     def refuse(reason: str, detail: str) -> None:
         problems.append(Problem(real_dir, reason, detail))
 
-    skill_md = os.path.join(real_dir, SKILL_MD)
-    try:
-        status = os.lstat(skill_md)
-    except OSError as error:
-        refuse("unreadable-skill-md", f"SKILL.md could not be stat'd: {_os_text(error)}")
-        return None
-    read_path = skill_md
-    if stat.S_ISLNK(status.st_mode):
-        try:
-            read_path = os.path.realpath(skill_md, strict=True)
-        except OSError:
-            read_path = None
-        if read_path is None or not _inside(read_path, real_dir, strictly=True):
-            target = read_path or "unresolvable"
-            detail = f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused"
-            refuse("symlink-escape", detail)
-            return None
-        status = os.stat(read_path)
-    if not stat.S_ISREG(status.st_mode):
-        refuse("unreadable-skill-md", "SKILL.md is not a regular file")
-        return None
-    try:
-        # Opened through the resolve check, like every later read: the directory swapped for a link since the
-        # checks above would otherwise have SKILL.md read from wherever the link leads.
-        with SkillDir(real_dir).opened(SKILL_MD) as (fd, opened):
-            capped = read_capped_fd(fd, MAX_SKILL_MD_BYTES, opened)
-    except PathRefused as refused:
-        refuse("unreadable-skill-md", f"SKILL.md could not be read: {refused.message}")
-        return None
-    except OSError as error:
-        refuse("unreadable-skill-md", f"SKILL.md could not be read: {_os_text(error)}")
+    capped = _read_skill_md(real_dir, refuse)
+    if capped is None:
         return None
     try:
         frontmatter, body = parse_skill_md(capped.data.decode("utf-8", errors="replace"))
@@ -234,6 +205,44 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         when_to_use=when_to_use(frontmatter),
         file_limit_hit=file_limit_hit,
     )
+
+
+def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedRead | None:
+    """§3.4 steps 1–4: SKILL.md stat'ed, a link followed only inside the skill, then read bounded; None when
+    refused (the problem is added)."""
+    skill_md = os.path.join(real_dir, SKILL_MD)
+    try:
+        status = os.lstat(skill_md)
+    except OSError as error:
+        refuse("unreadable-skill-md", f"SKILL.md could not be stat'd: {_os_text(error)}")
+        return None
+    read_path = skill_md
+    if stat.S_ISLNK(status.st_mode):
+        try:
+            read_path = os.path.realpath(skill_md, strict=True)
+        except OSError:
+            read_path = None
+        if read_path is None or not _inside(read_path, real_dir, strictly=True):
+            target = read_path or "unresolvable"
+            detail = f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused"
+            refuse("symlink-escape", detail)
+            return None
+        status = os.stat(read_path)
+    if not stat.S_ISREG(status.st_mode):
+        refuse("unreadable-skill-md", "SKILL.md is not a regular file")
+        return None
+    try:
+        # Opened through the resolve check, like every later read: the directory swapped for a link since the
+        # checks above would otherwise have SKILL.md read from wherever the link leads.
+        with SkillDir(real_dir).opened(SKILL_MD) as (fd, opened):
+            capped = read_capped_fd(fd, MAX_SKILL_MD_BYTES, opened)
+    except PathRefused as refused:
+        refuse("unreadable-skill-md", f"SKILL.md could not be read: {refused.message}")
+        return None
+    except OSError as error:
+        refuse("unreadable-skill-md", f"SKILL.md could not be read: {_os_text(error)}")
+        return None
+    return capped
 
 
 def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> tuple[tuple[ManifestEntry, ...], bool]:
