@@ -114,6 +114,11 @@ class LinkFreeOpener:
 _OPEN_LINK_FREE = LinkFreeOpener.for_this_machine()
 
 
+def _descriptor_path(fd: int) -> str:
+    """The real path of what `fd` refers to now, as the kernel tells it (Linux, `_CHECK_THEN_OPEN`)."""
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
 def open_directory_in_place(real_path: str) -> int | None:
     """A descriptor for listing the directory at `real_path`, or None when it cannot be opened or is no longer
     there (a directory on the way was swapped for a link). Entries are then read and stat'ed through the
@@ -122,7 +127,7 @@ def open_directory_in_place(real_path: str) -> int | None:
         fd = os.open(real_path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    if _CHECK_THEN_OPEN and os.readlink(f"/proc/self/fd/{fd}") != real_path:
+    if _CHECK_THEN_OPEN and _descriptor_path(fd) != real_path:
         os.close(fd)
         return None
     return fd
@@ -134,7 +139,7 @@ def _real_dir(path: str) -> str:
     # One open and one readlink, where realpath lstats every component of the path.
     handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
-        return os.readlink(f"/proc/self/fd/{handle}")
+        return _descriptor_path(handle)
     finally:
         os.close(handle)
 
@@ -192,7 +197,7 @@ class SkillDir:
         except OSError:
             raise self._not_a_file(rel) from None
         try:
-            real, status = os.readlink(f"/proc/self/fd/{handle}"), os.fstat(handle)
+            real, status = _descriptor_path(handle), os.fstat(handle)
             self._check(rel, real, status)
             # Reopening the handle opens the very inode checked, so `status` is the descriptor's too.
             return os.open(f"/proc/self/fd/{handle}", _READ_FLAGS), real, status
