@@ -6,6 +6,7 @@ checks and talks to the MCP session.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -445,8 +446,6 @@ def _arg_bytes(args: tuple[str, ...]) -> int:
 
 
 def argv_digest(draft: Draft) -> str:
-    import hashlib
-
     canonical = json.dumps(draft.will_run["argv"], ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -135,6 +135,52 @@ def params_violation(method: str, params: dict[str, Any]) -> str | None:
     return None if problem is None else f"invalid params for {method}: {problem}"
 
 
+# What a pydantic error type says a field must be, in the words `_violation` uses.
+_PYDANTIC_EXPECTED = {
+    "string_type": "a string",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "list_type": "an array",
+    "bool_type": "a boolean",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+}
+_ABSENT = object()
+
+
+def envelope_violation(method: str, params: Any, errors: list[Any]) -> str | None:
+    """What the SDK's own check of a spec method's params found (pydantic `errors()`, located under "params"),
+    said the way the tool checks say it; None when the first error is not about the params."""
+    where = tuple(errors[0]["loc"]) if errors else ()
+    if where[:1] != ("params",):
+        return None
+    field = where[1:]
+    given = params if isinstance(params, dict) else {}
+    if method == "tools/call" and field == ("arguments",) and given.get("name") in TOOLS_BY_NAME:
+        return schema_violation(given["name"], given["arguments"])
+    label = quoted("".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in field).lstrip("."))
+    kind, value = errors[0]["type"], _at(given, field)
+    if kind == "missing":
+        problem = f"{label} is required"
+    elif kind in _PYDANTIC_EXPECTED and value is not _ABSENT:
+        problem = f"{label} must be {_PYDANTIC_EXPECTED[kind]}, not {_json_type(value)}"
+    else:
+        problem = f"{label}: {errors[0]['msg']}"
+    return f"invalid params for {method}: {problem}"
+
+
+def _at(value: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        if isinstance(value, dict) and isinstance(part, str) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+            value = value[part]
+        else:
+            return _ABSENT
+    return value
+
+
 def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
     label = f'"{where}"' if where else "arguments"
     expected = schema["type"]

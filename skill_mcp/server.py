@@ -18,11 +18,12 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from . import skills_ext, surfaces
 from .deployment import Deployment
 from .logs import get_logger
-from .schemas import TOOLS, TOOLS_BY_NAME, params_violation, schema_violation
+from .schemas import TOOLS, TOOLS_BY_NAME, envelope_violation, params_violation, schema_violation
 from .text import quoted
 from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
@@ -125,8 +126,21 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
     )
+    server.middleware.append(_explain_invalid_params)
     _register_skills_extension(server, deployment, answer)
     return server
+
+
+async def _explain_invalid_params(ctx: ServerRequestContext[Any], call_next: Any) -> Any:
+    """The SDK refuses malformed params of a spec method with a bare "Invalid request parameters" (arguments
+    that are not an object included); §5.3 asks for a message that names the field and the rule broken."""
+    try:
+        return await call_next(ctx)
+    except ValidationError as error:
+        explained = envelope_violation(ctx.method, ctx.params, error.errors(include_url=False, include_input=False))
+        if explained is None:
+            raise
+        raise MCPError(code=types.INVALID_PARAMS, message=explained) from None
 
 
 class ExtensionParams(types.RequestParams):

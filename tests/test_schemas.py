@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skill_mcp.schemas import TOOLS, schema_violation
+from skill_mcp.schemas import TOOLS, envelope_violation, schema_violation
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=3)
 JSON_VALUES = st.recursive(
@@ -73,3 +73,16 @@ def test_our_validator_agrees_with_jsonschema_at_every_bound(name, arguments) ->
     schema = next(tool["inputSchema"] for tool in TOOLS if tool["name"] == name)
     independent = jsonschema.Draft202012Validator(schema).is_valid({} if arguments is None else arguments)
     assert (schema_violation(name, arguments) is None) == independent
+
+
+def test_an_error_outside_the_params_is_left_to_the_sdk():
+    # A ValidationError located elsewhere (a result, a handler's own model) is not the client's fault.
+    assert envelope_violation("prompts/get", {"name": "x"}, [{"loc": ("messages", 0), "type": "missing", "msg": "?"}]) is None
+    assert envelope_violation("prompts/get", {"name": "x"}, []) is None
+
+
+def test_an_error_of_no_known_type_keeps_pydantics_words():
+    errors = [{"loc": ("params", "mode"), "type": "literal_error", "msg": "Input should be 'form' or 'url'"}]
+    assert envelope_violation("elicit", {"mode": "x"}, errors) == (
+        "invalid params for elicit: \"mode\": Input should be 'form' or 'url'"
+    )

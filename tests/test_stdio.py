@@ -195,9 +195,44 @@ def test_modern_era_on_the_wire_with_the_request_envelope(tree):
 
         # a 2026-07-28 request without its envelope is refused, and the server goes on
         bare = client.request("tools/list", {})
-        assert bare["error"]["code"] == -32602
+        assert bare["error"]["code"] == -32602 and "params._meta must be an object" in bare["error"]["message"]
         assert client.request("tools/list", {"_meta": ENVELOPE})["result"]["tools"] == tools
 
+        client.close_stdin()
+        assert client.wait() == 0
+    assert_stdout_is_only_json_rpc(client)
+
+
+@pytest.mark.parametrize("era", ["legacy", MODERN])
+def test_params_the_sdk_refuses_are_explained_field_by_field(tree, era):
+    """§5.3: the SDK's own check of a spec method's params used to answer a bare "Invalid request parameters"."""
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        if era == "legacy":
+            legacy_handshake(client)
+            meta: dict = {}
+        else:
+            meta = {"_meta": ENVELOPE}
+
+        def refused(method: str, params: dict) -> dict:
+            return client.request(method, {**meta, **params})["error"]
+
+        assert refused("prompts/get", {"name": 5}) == {
+            "code": -32602, "message": 'invalid params for prompts/get: "name" must be a string, not a number'
+        }
+        assert refused("prompts/get", {})["message"] == 'invalid params for prompts/get: "name" is required'
+        assert refused("tools/call", {"name": "skill_load", "arguments": ["alpha"]})["message"] == (
+            "invalid arguments for skill_load: arguments must be an object, not an array"
+        )
+        assert refused("tools/call", {"arguments": {}})["message"] == 'invalid params for tools/call: "name" is required'
+        assert refused("tools/call", {"name": "nope", "arguments": 3})["message"] == (
+            'invalid params for tools/call: "arguments" must be an object, not a number'
+        )
+        assert refused("resources/read", {"uri": None})["message"] == (
+            'invalid params for resources/read: "uri" must be a string, not null'
+        )
+        # and the session goes on
+        loaded = client.request("tools/call", {**meta, "name": "skill_load", "arguments": {"name": "alpha"}})
+        assert tool_payload(loaded)["body"] == "Alpha body.\n"
         client.close_stdin()
         assert client.wait() == 0
     assert_stdout_is_only_json_rpc(client)
