@@ -140,7 +140,7 @@ def table_lines(listing: Mapping[str, Any]) -> list[str]:
     lines = ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[3]]).rstrip() for row in rows]
     summary = _summary(len(listing["skills"]), len(listing["problems"]))
     if listing["problems"]:
-        summary += "; `skill-mcp list --json` shows them, `skill-mcp check` explains them"
+        summary += "; `skill-mcp list --json` shows each with its detail"
     notes = [listing[key] for key in ("grantError", "grantNote") if key in listing]
     return [*(_cut(line) for line in lines), summary, *notes]
 

@@ -357,9 +357,12 @@ def confirmation_required(
 
 
 def confirmation_unsupported(cause: UnsupportedCause) -> dict[str, Any]:
+    advice = "Set MCP_CONFIRM_MODE=ask-user to allow two-step confirmation."
+    if cause == "ttl-invalid":  # the mode is not what stops it here
+        advice = "Fix MCP_CONFIRM_TTL_SECONDS; then MCP_CONFIRM_MODE=ask-user allows two-step confirmation."
     note = (
         f"Nothing was done: {_UNSUPPORTED_WHY[cause]}, and this action is never taken without a confirmation. "
-        "Set MCP_CONFIRM_MODE=ask-user to allow two-step confirmation."
+        + advice
     )
     return {"confirmed": False, "dispatched": False, "action": ACTION, "reason": "confirmation-unsupported",
             "note": note}

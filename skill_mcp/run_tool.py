@@ -160,8 +160,8 @@ class RunService:
         if effective:
             listed = ", ".join(f'"{entry.script}"' for entry in effective)
             hint = (
-                f"This skill may run: {listed}. Only a script named in SKILL.md's mcp-host.run block and "
-                "accepted for this deployment may run."
+                f"The scripts this skill declares and this deployment accepts: {listed}. Only a script named in "
+                "SKILL.md's mcp-host.run block and accepted for this deployment may run."
             )
         else:
             hint = (

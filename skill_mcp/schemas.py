@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .limits import MAX_ARGS, MAX_PATHS_PER_CALL
-from .text import quoted
+from .text import json_type, quoted
 
 _NAME = {"type": "string", "minLength": 1, "description": "The skill's name, as listed by skill_list."}
 
@@ -164,7 +164,7 @@ def envelope_violation(method: str, params: Any, errors: list[Any]) -> str | Non
     if kind == "missing":
         problem = f"{label} is required"
     elif kind in _PYDANTIC_EXPECTED and value is not _ABSENT:
-        problem = f"{label} must be {_PYDANTIC_EXPECTED[kind]}, not {_json_type(value)}"
+        problem = f"{label} must be {_PYDANTIC_EXPECTED[kind]}, not {json_type(value)}"
     else:
         problem = f"{label}: {errors[0]['msg']}"
     return f"invalid params for {method}: {problem}"
@@ -185,7 +185,7 @@ def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
     label = f'"{where}"' if where else "arguments"
     expected = schema["type"]
     if not isinstance(value, _JSON_TYPES[expected]):
-        return f"{label} must be {'an' if expected[0] in 'ao' else 'a'} {expected}, not {_json_type(value)}"
+        return f"{label} must be {'an' if expected[0] in 'ao' else 'a'} {expected}, not {json_type(value)}"
     if expected == "string" and len(value) < schema.get("minLength", 0):
         return f"{label} must not be empty"
     if expected == "array":
@@ -208,13 +208,3 @@ def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
             if (problem := _violation(properties[key], item, key)) is not None:
                 return problem
     return None
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {dict: "an object", list: "an array", str: "a string"}.get(type(value), type(value).__name__)

@@ -12,7 +12,7 @@ from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .text import quoted
-from .tools import ToolFailure, find_skill, unreadable
+from .tools import ToolFailure, find_skill, no_skills_found, unreadable
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -34,7 +34,7 @@ def instructions(deployment: Deployment) -> str:
     ]
     skills = deployment.skills
     if not skills:
-        lines.append("No skills were found; call skill_list for the problems that say why.")
+        lines.append(no_skills_found(deployment))
     for skill in skills[:_INSTRUCTION_SKILLS]:
         description = " ".join((skill.description or "").splitlines())  # \r, \u2028, ... end a line too
         if len(description) > _INSTRUCTION_DESCRIPTION_CHARS:

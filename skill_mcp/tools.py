@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .files import encode_content, media_type, read_capped_fd
-from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
+from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES, SKILL_MD
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir
 from .text import quoted
@@ -56,10 +56,20 @@ def find_skill(deployment: Deployment, name: str) -> Skill:
     return skill
 
 
+def no_skills_found(deployment: Deployment) -> str:
+    if deployment.problems:
+        return "No skills were found on this server; call skill_list, whose problems say why."
+    # Nothing was refused either: no directory under the roots holds a SKILL.md (an empty or wrong root).
+    return (
+        "No skills were found on this server: no directory under its roots holds a SKILL.md; "
+        "call skill_list to see the roots it searched."
+    )
+
+
 def _served_names_hint(deployment: Deployment) -> str:
     names = [skill.name for skill in deployment.skills]
     if not names:
-        return "No skills were found on this server; call skill_list, whose problems say why."
+        return no_skills_found(deployment)
     shown = ", ".join(names[:_MAX_NAMES_IN_HINT])
     more = len(names) - _MAX_NAMES_IN_HINT
     return f"This server serves: {shown}" + (f", and {more} more." if more > 0 else ".")
@@ -151,7 +161,8 @@ def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
     }
     if skill.body_truncated:
         loaded["truncationNote"] = (
-            f"SKILL.md was cut at {MAX_SKILL_MD_BYTES} bytes (frontmatter included); the rest is not served."
+            f"SKILL.md was cut at {MAX_SKILL_MD_BYTES} bytes (frontmatter included); skill_file reads the whole "
+            f'file as "{SKILL_MD}", up to {MAX_FILE_BYTES} bytes.'
         )
     loaded["files"] = [{"path": entry.path, "size": entry.size} for entry in skill.manifest]
     loaded["scripts"] = [

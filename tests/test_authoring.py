@@ -122,7 +122,8 @@ def test_table_rows_stay_within_120_characters_and_show_runnable_scripts() -> No
     assert len(alpha) == 120 and alpha.endswith("…") and "second line" not in alpha
     assert beta.split() == ["beta", "3", "-", "Short."]
     assert gamma.split() == ["gamma", "3", "-"]
-    assert summary.startswith("3 skill(s), 1 problem(s)")
+    # a grant's problems are not `check`'s to explain (it ignores the grant): the pointer is to `list --json`
+    assert summary == "3 skill(s), 1 problem(s); `skill-mcp list --json` shows each with its detail"
     assert note == "nothing may run"
 
 

@@ -387,6 +387,8 @@ def test_confirmation_unsupported(cause, why):
                     "reason": "confirmation-unsupported"}
     assert "nothing was done" in note and why in note
     assert "never taken without a confirmation" in note and "mcp_confirm_mode=ask-user" in note
+    # an invalid TTL is what to fix first; the mode alone would not allow two-step confirmation
+    assert note.count("mcp_confirm_ttl_seconds") == (2 if cause == "ttl-invalid" else 0)
 
 
 @pytest.mark.parametrize(

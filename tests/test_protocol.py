@@ -119,9 +119,17 @@ async def test_instructions_keep_each_description_on_one_line(root, era):
 
 async def test_instructions_with_no_skills_point_at_skill_list(root, era):
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
-        assert client.instructions == (
-            f"{FIRST_SENTENCE}\nNo skills were found; call skill_list for the problems that say why."
-        )
+        empty = client.instructions
+    (root / "broken").mkdir()
+    (root / "broken" / "SKILL.md").write_text("no frontmatter\n", encoding="utf-8")
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        refused = client.instructions
+    # an empty root has no problem to point at; a refused skill has
+    assert empty == (
+        f"{FIRST_SENTENCE}\nNo skills were found on this server: no directory under its roots holds a SKILL.md; "
+        "call skill_list to see the roots it searched."
+    )
+    assert refused == f"{FIRST_SENTENCE}\nNo skills were found on this server; call skill_list, whose problems say why."
 
 
 def synthetic_skills(count: int) -> tuple[Skill, ...]:

@@ -269,8 +269,14 @@ async def test_skill_load_of_a_truncated_skill_md_says_so(root, era):
     write_skill(root, "huge", body=body)
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         loaded = payload(await call(client, "skill_load", {"name": "huge"}))
+        whole = payload(await call(client, "skill_file", {"name": "huge", "paths": ["SKILL.md"]}))["files"][0]
     assert loaded["truncated"] is True
-    assert "262144" in loaded["truncationNote"]
+    # the note says where the rest is, and it is there
+    assert loaded["truncationNote"] == (
+        'SKILL.md was cut at 262144 bytes (frontmatter included); skill_file reads the whole file as "SKILL.md", '
+        "up to 1048576 bytes."
+    )
+    assert (whole["truncated"], whole["content"]) == (False, (root / "huge" / "SKILL.md").read_text(encoding="utf-8"))
     assert loaded["body"] == body[: len(loaded["body"])]
     assert len(loaded["body"].encode("utf-8")) < 262144
     assert loaded["files"] == [{"path": "SKILL.md", "size": os.path.getsize(root / "huge" / "SKILL.md")}]
@@ -298,7 +304,8 @@ async def test_unknown_skill_with_an_empty_catalog_points_at_skill_list(root, er
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         text = error_text(await call(client, "skill_load", {"name": "alpha"}))
     assert text == (
-        'no skill named "alpha"\n\nHint: No skills were found on this server; call skill_list, whose problems say why.'
+        'no skill named "alpha"\n\nHint: No skills were found on this server: no directory under its roots holds a '
+        "SKILL.md; call skill_list to see the roots it searched."
     )
 
 

@@ -108,7 +108,11 @@ def unsupported(cause: str) -> dict[str, Any]:
         "action": "skill.run",
         "reason": "confirmation-unsupported",
         "note": f"Nothing was done: {UNSUPPORTED_WHY[cause]}, and this action is never taken without a confirmation. "
-        "Set MCP_CONFIRM_MODE=ask-user to allow two-step confirmation.",
+        + (
+            "Fix MCP_CONFIRM_TTL_SECONDS; then MCP_CONFIRM_MODE=ask-user allows two-step confirmation."
+            if cause == "ttl-invalid"
+            else "Set MCP_CONFIRM_MODE=ask-user to allow two-step confirmation."
+        ),
     }
 
 
@@ -243,8 +247,8 @@ def fence(tmp_path: Path) -> Fence:
 
 def not_declared(script: str) -> str:
     listed = ", ".join(f'"{name}"' for name in EFFECTIVE)
-    return (f'"{script}" is not declared as a runnable script by the skill "fence"\n\nHint: This skill may run: '
-            f"{listed}. Only a script named in SKILL.md's mcp-host.run block and accepted for this deployment may run.")
+    return (f'"{script}" is not declared as a runnable script by the skill "fence"\n\nHint: The scripts this skill '
+            f"declares and this deployment accepts: {listed}. Only a script named in SKILL.md's mcp-host.run block and accepted for this deployment may run.")
 
 
 def no_interpreter(script: str, interpreter: str) -> str:
@@ -507,8 +511,8 @@ async def test_grant_of_one_script_runs_it_and_refuses_the_other(fence: Fence, e
         result = payload(await client.call_tool("skill_run", call(confirmToken=first["confirmToken"])))
     assert error_text(other) == (
         '"scripts/other.py" is declared by the skill "fence" but is not granted for this deployment, so it may not '
-        'run\n\nHint: This skill may run: "scripts/mark.py". Only a script named in SKILL.md\'s mcp-host.run block '
-        "and accepted for this deployment may run."
+        'run\n\nHint: The scripts this skill declares and this deployment accepts: "scripts/mark.py". Only a script '
+        "named in SKILL.md's mcp-host.run block and accepted for this deployment may run."
     )
     # declared [API_KEY, MISSING_KEY, …] ∩ granted [API_KEY]; a grant means no envWarning
     assert first["preview"]["willRun"] == fence.will_run(envNames=["API_KEY", "HOME", "PATH"])
