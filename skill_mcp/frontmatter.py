@@ -25,6 +25,11 @@ _CLOSER = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")
 _FIRST_YAML_LINE = 2
 _NOT_YAML = "SKILL.md frontmatter is not valid YAML: "
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# The parser's words for the two slips authors make most, and what fixes each.
+_YAML_TIPS = {
+    "mapping values are not allowed here": '; a value that contains ": " must be quoted',
+    "found character '\\t'": "; use spaces, not tabs, in the frontmatter",
+}
 
 
 class FrontmatterError(Exception):
@@ -35,7 +40,7 @@ def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
     """Split SKILL.md into its parsed frontmatter mapping and its body, verbatim."""
     opener = _OPENER.match(text)
     if opener is None:
-        raise FrontmatterError('SKILL.md does not begin with a "---" frontmatter block')
+        raise FrontmatterError(f'SKILL.md does not begin with a "---" frontmatter block: {_why_no_opener(text)}')
     closer = _CLOSER.search(text, opener.end())
     if closer is None:
         raise FrontmatterError('the SKILL.md frontmatter block is never closed (no "---" line after the opening one)')
@@ -50,6 +55,20 @@ def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
         raise FrontmatterError("SKILL.md frontmatter is not a mapping of keys to values")
     _refuse_keys_written_alike(frontmatter)
     return frontmatter, text[closer.end() :]
+
+
+def _why_no_opener(text: str) -> str:
+    """The author's likely slip, so the fix is in the message (an editor's BOM or a stray space is invisible)."""
+    first_line = text.split("\n", 1)[0].rstrip("\r")
+    if not text:
+        return "the file is empty"
+    if text.startswith("\ufeff"):
+        return "it starts with a byte order mark; save it as UTF-8 without one"
+    if first_line == "---":
+        return 'the "---" line must end with a line break'
+    if first_line.startswith("---") and not first_line.strip("- \t"):
+        return 'its first line must be exactly "---", with nothing after it'
+    return 'its first line must be "---", then the YAML, then a closing "---" line'
 
 
 def _refuse_keys_written_alike(value: Any) -> None:
@@ -84,8 +103,9 @@ def _load_yaml(raw_yaml: str) -> Any:
         ) from None
     except MarkedYAMLError as error:
         problem = ", ".join(part for part in (error.context, error.problem) if part)
+        tips = [tip for slip, tip in _YAML_TIPS.items() if slip in problem]
         raise FrontmatterError(
-            f"{_NOT_YAML}{problem}" + _position(error.problem_mark or error.context_mark)
+            f"{_NOT_YAML}{problem}" + _position(error.problem_mark or error.context_mark) + "".join(tips)
         ) from None
     except ReaderError as error:  # a control character; ruamel gives its offset in the YAML, not a mark
         raise FrontmatterError(

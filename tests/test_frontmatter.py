@@ -38,9 +38,19 @@ def test_a_dashes_line_with_more_text_does_not_close():
     )
 
 
-@pytest.mark.parametrize("text", ["name: a\n---\n", "\ufeff---\nname: a\n---\n", "--- \nname: a\n---\n", "---", ""])
-def test_missing_opener(text):
-    assert error_of(text) == 'SKILL.md does not begin with a "---" frontmatter block'
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("name: a\n---\n", 'its first line must be "---", then the YAML, then a closing "---" line'),
+        ("\ufeff---\nname: a\n---\n", "it starts with a byte order mark; save it as UTF-8 without one"),
+        ("--- \nname: a\n---\n", 'its first line must be exactly "---", with nothing after it'),
+        ("----\r\nname: a\n---\n", 'its first line must be exactly "---", with nothing after it'),
+        ("---", 'the "---" line must end with a line break'),
+        ("", "the file is empty"),
+    ],
+)
+def test_missing_opener_says_what_to_change(text, why):
+    assert error_of(text) == f'SKILL.md does not begin with a "---" frontmatter block: {why}'
 
 
 @pytest.mark.parametrize("text", ["---\nname: a\n", "---\n---\n", "---\nname: a\nbody --- here\n"])
@@ -72,7 +82,12 @@ def test_yaml_errors_are_positioned_in_skill_md():
     )
     assert error_of("---\nname: a\n\tb: 1\n---\n") == (
         "SKILL.md frontmatter is not valid YAML: while scanning for the next token, "
-        "found character '\\t' that cannot start any token (line 3, column 1)"
+        "found character '\\t' that cannot start any token (line 3, column 1); use spaces, not tabs, in the frontmatter"
+    )
+    # the slip authors make most says how to fix it
+    assert error_of("---\nname: a\ndescription: Use when: asked\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: mapping values are not allowed here (line 3, column 22); "
+        'a value that contains ": " must be quoted'
     )
 
 
