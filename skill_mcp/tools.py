@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these mo
     from .deployment import Deployment
 
 _MAX_NAMES_IN_HINT = 64
+# Reasons that keep a whole skill directory from being served (§3.7), as opposed to narrowing one.
+_REFUSALS = frozenset({"unreadable-skill-md", "malformed-frontmatter", "duplicate-name", "unusable-name", "skill-limit"})
 
 
 class ToolFailure(Exception):
@@ -52,7 +54,7 @@ def minified(value: Any) -> str:
 def find_skill(deployment: Deployment, name: str) -> Skill:
     skill = deployment.by_name.get(name)
     if skill is None:
-        raise ToolFailure(f"no skill named {quoted(name)}", _served_names_hint(deployment))
+        raise ToolFailure(f"no skill named {quoted(name)}", _served_names_hint(deployment, name))
     return skill
 
 
@@ -66,13 +68,16 @@ def no_skills_found(deployment: Deployment) -> str:
     )
 
 
-def _served_names_hint(deployment: Deployment) -> str:
+def _served_names_hint(deployment: Deployment, name: str) -> str:
+    # A directory of that name that discovery refused is most likely what the caller meant.
+    refused = next((p for p in deployment.problems if p.reason in _REFUSALS and os.path.basename(p.path) == name), None)
+    why = f"A directory of that name was not served ({refused.reason}); skill_list's problems say why. " if refused else ""
     names = [skill.name for skill in deployment.skills]
     if not names:
-        return no_skills_found(deployment)
+        return why + no_skills_found(deployment)
     shown = ", ".join(names[:_MAX_NAMES_IN_HINT])
     more = len(names) - _MAX_NAMES_IN_HINT
-    return f"This server serves: {shown}" + (f", and {more} more." if more > 0 else ".")
+    return why + f"This server serves: {shown}" + (f", and {more} more." if more > 0 else ".")
 
 
 def _present(**fields: Any) -> dict[str, Any]:

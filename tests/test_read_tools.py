@@ -300,6 +300,21 @@ async def test_unknown_skill_hint_is_capped_at_64_names(root, era):
     assert text == f'no skill named "zzz"\n\nHint: This server serves: {shown}, and 6 more.'
 
 
+async def test_unknown_skill_named_like_a_refused_directory_says_so(root, era):
+    write_skill(root, "good")
+    (root / "bom").mkdir()
+    (root / "bom" / "SKILL.md").write_text("\ufeff---\nname: bom\n---\n", encoding="utf-8")
+    (root / "plain").mkdir()  # no SKILL.md: not a skill anyone could mean
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        bom = error_text(await call(client, "skill_load", {"name": "bom"}))
+        plain = error_text(await call(client, "skill_load", {"name": "plain"}))
+    assert bom == (
+        'no skill named "bom"\n\nHint: A directory of that name was not served (malformed-frontmatter); '
+        "skill_list's problems say why. This server serves: good."
+    )
+    assert plain == 'no skill named "plain"\n\nHint: This server serves: good.'
+
+
 async def test_unknown_skill_with_an_empty_catalog_points_at_skill_list(root, era):
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         text = error_text(await call(client, "skill_load", {"name": "alpha"}))
