@@ -21,15 +21,29 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="skill-mcp",
         description="Serve a directory of Agent Skills over MCP (stdio).",
+        epilog=(
+            "Roots come from MCP_SKILLS_PATH or SKILLS_DIR (':'-separated; no ~ or $VAR expansion); with neither, "
+            "the bundled demo skill is served. Exit status: 0 ok, 1 `check` found problems, 2 usage error. "
+            "The README lists every variable."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"skill-mcp {VERSION}")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="serve the configured skills over stdio (the default)")
-    check = commands.add_parser("check", help="report every problem a skills tree would draw, for skill authors")
-    check.add_argument("roots", nargs="*", metavar="ROOT")
+    check = commands.add_parser(
+        "check",
+        help="report every problem a skills tree would draw, for skill authors",
+        description="Run discovery as the server would (without MCP_SKILL_RUN) and add the Agent Skills format "
+        "findings; one line per problem. Exit status 1 when there is any.",
+    )
+    check.add_argument("roots", nargs="*", metavar="ROOT", help="a skills root (default: the configured roots)")
     check.add_argument("--json", action="store_true", help="print one JSON document")
-    listing = commands.add_parser("list", help="show what a deployment serves and what may run")
-    listing.add_argument("roots", nargs="*", metavar="ROOT")
+    listing = commands.add_parser(
+        "list",
+        help="show what a deployment serves and what may run",
+        description="Build the catalog as the server would (grant applied, interpreters looked up) and show it.",
+    )
+    listing.add_argument("roots", nargs="*", metavar="ROOT", help="a skills root (default: the configured roots)")
     listing.add_argument("--json", action="store_true", help="print the skill_list object")
     listing.add_argument("--egress", action="store_true", help="print the egress allowlist, one host per line")
     return parser

@@ -114,6 +114,15 @@ def test_version_is_the_installed_package_version(elsewhere: Path, via: str) -> 
     assert (code, stdout.strip()) == (0, f"skill-mcp {metadata.version('skill-mcp')}")
 
 
+def test_help_says_where_roots_come_from_and_what_the_exit_codes_mean(elsewhere: Path) -> None:
+    code, stdout, _ = run_cli(["--help"], elsewhere)
+    words = " ".join(stdout.split())
+    assert code == 0 and "MCP_SKILLS_PATH or SKILLS_DIR" in words and "bundled demo skill" in words
+    assert "0 ok, 1 `check` found problems, 2 usage error" in words
+    code, stdout, _ = run_cli(["check", "--help"], elsewhere)
+    assert code == 0 and "ROOT" in stdout and "default: the configured roots" in " ".join(stdout.split())
+
+
 @pytest.mark.parametrize("args", [["check", "--bogus"], ["list", "--nope"], ["frobnicate"], ["check", "--json=yes"]])
 def test_usage_errors_exit_2(elsewhere: Path, args: list[str]) -> None:
     code, stdout, stderr = run_cli(args, elsewhere)
