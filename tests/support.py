@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import textwrap
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -19,6 +21,18 @@ from skill_mcp.server import build_server
 
 ERAS = ("legacy", "auto")  # "auto" negotiates 2026-07-28 through server/discover
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
+
+
+def inspector_unavailable() -> str | None:
+    """Why the Inspector CLI cannot run here, or None. Its CLI needs Node's global CustomEvent (Node 19 and
+    later; Debian bookworm ships 18, where it fails); it is checked here on Node 20."""
+    if shutil.which("npx") is None:
+        return "Node's npx is not on PATH: the MCP Inspector CLI cannot run"
+    version = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    if int(version.lstrip("v").split(".")[0] or 0) < 20:
+        return f"the MCP Inspector CLI needs Node 20 or later (its package asks for 22.19); this Node is {version}"
+    return None
 
 
 def write_skill(

@@ -1,7 +1,7 @@
 """Smoke test through an independent client: the MCP Inspector CLI (SPEC §16; issue 2 item 4).
 
-Skipped, with the reason shown, only when Node's npx is absent. The first run downloads the
-Inspector, hence the generous timeout.
+Skipped, with the reason shown, only when Node's npx is absent or Node is older than 20. The first run
+downloads the Inspector, hence the generous timeout.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import write_skill
+from support import INSPECTOR, inspector_unavailable, write_skill
 
-INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 NPX = shutil.which("npx")
 SERVER = (sys.executable, "-m", "skill_mcp")
 SNAPSHOT = Path(__file__).parent / "snapshots" / "tools_list.json"
 TIMEOUT_SECONDS = 300
 
-pytestmark = pytest.mark.skipif(NPX is None, reason="Node's npx is not on PATH: the MCP Inspector CLI smoke test cannot run")
+UNAVAILABLE = inspector_unavailable()
+pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=UNAVAILABLE or "")
 
 
 @pytest.fixture(scope="module")

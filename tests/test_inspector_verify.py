@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support import write_skill
+from support import INSPECTOR, inspector_unavailable, write_skill
 
-INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 # The first run downloads the Inspector through npx.
 TIMEOUT_SECONDS = 180
 
-pytestmark = pytest.mark.skipif(shutil.which("npx") is None, reason="Node (npx) is not installed: the Inspector check is skipped")
+UNAVAILABLE = inspector_unavailable()
+pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=UNAVAILABLE or "")
 
 
 @pytest.fixture(scope="module")
