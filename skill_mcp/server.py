@@ -28,6 +28,7 @@ from .text import quoted
 from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
 
+DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
 RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
 
 
@@ -191,7 +192,8 @@ async def serve_stdio(
     server: Server[Any], on_shutdown: Callable[[str], Awaitable[None]], on_input_end: Callable[[], None] = lambda: None
 ) -> None:
     """Serve until stdin closes or a signal arrives, then shut down cleanly with exit status 0. `on_input_end`
-    runs when the last message has been read, before the SDK cancels the calls still in flight."""
+    runs when the last message has been read, before the requests read are answered (_Unanswered) and the SDK
+    cancels the calls still in flight."""
     from mcp.server.stdio import stdio_server
 
     async with anyio.create_task_group() as group:
@@ -207,34 +209,84 @@ async def serve_stdio(
 
         group.start_soon(watch_signals)
         async with stdio_server() as (read_stream, write_stream):
-            messages = _NoticingEnd(read_stream, on_input_end)
-            await server.run(messages, write_stream, server.create_initialization_options())  # type: ignore[arg-type]
+            unanswered = _Unanswered()
+            messages = _WatchedInput(read_stream, unanswered, on_input_end)
+            answers = _WatchedOutput(write_stream, unanswered)
+            await server.run(messages, answers, server.create_initialization_options())  # type: ignore[arg-type]
         group.cancel_scope.cancel()
     await on_shutdown("eof")
 
 
-class _NoticingEnd:
-    """The SDK's read stream, unchanged but for a callback when it ends (the SDK offers no hook there)."""
+class _Unanswered:
+    """Requests read from stdin whose answer is not written yet. When stdin ends the SDK cancels every request in
+    flight, so a client that writes its requests and then closes stdin (a shell pipe) would lose their answers:
+    the end of input waits for them, at most DRAIN_SECONDS. Not for a skill_run: the end of input kills a run."""
 
-    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
-        self._stream, self._on_end = stream, on_end
+    def __init__(self) -> None:
+        self.is_run: dict[Any, bool] = {}  # request id -> is a skill_run
+        self._all_answered = anyio.Event()
 
-    async def __aenter__(self) -> _NoticingEnd:
+    def read(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, types.JSONRPCRequest):
+            params = message.params or {}
+            self.is_run[message.id] = message.method == "tools/call" and params.get("name") == "skill_run"
+
+    def written(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) and self.is_run.pop(message.id, None) is not None:
+            if not self.is_run:
+                self._all_answered.set()
+
+    async def drain(self) -> None:
+        if not self.is_run or any(self.is_run.values()):
+            return
+        self._all_answered = anyio.Event()
+        with anyio.move_on_after(DRAIN_SECONDS):
+            await self._all_answered.wait()
+
+
+class _Watched:
+    """One of the SDK's streams, unchanged but for what a subclass notes in `_unanswered` as messages pass."""
+
+    def __init__(self, stream: Any, unanswered: _Unanswered) -> None:
+        self._stream, self._unanswered = stream, unanswered
+
+    async def __aenter__(self) -> Any:
         await self._stream.__aenter__()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> Any:
         return await self._stream.__aexit__(*exc_info)
 
-    def __aiter__(self) -> _NoticingEnd:
+    def __getattr__(self, name: str) -> Any:  # e.g. `last_context`, read per message
+        return getattr(self._stream, name)
+
+
+class _WatchedInput(_Watched):
+    """Notes each request read; at the end of input, runs the callback and then the drain."""
+
+    def __init__(self, stream: Any, unanswered: _Unanswered, on_end: Callable[[], None]) -> None:
+        super().__init__(stream, unanswered)
+        self._on_end = on_end
+
+    def __aiter__(self) -> _WatchedInput:
         return self
 
     async def __anext__(self) -> Any:
         try:
-            return await self._stream.__anext__()
+            item = await self._stream.__anext__()
         except StopAsyncIteration:
             self._on_end()
+            await self._unanswered.drain()
             raise
+        self._unanswered.read(item)
+        return item
 
-    def __getattr__(self, name: str) -> Any:  # e.g. `last_context`, read per message
-        return getattr(self._stream, name)
+
+class _WatchedOutput(_Watched):
+    """Notes each answer written."""
+
+    async def send(self, item: Any) -> None:
+        await self._stream.send(item)
+        self._unanswered.written(item)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import time
 
@@ -91,3 +92,31 @@ def test_a_cancelled_run_logs_its_end_and_is_not_killed_again_at_shutdown(tmp_pa
     )  # fmt: skip
     (shutdown,) = [event for event in events if event["event"] == "shutdown"]
     assert (shutdown["reason"], shutdown["killedRun"]) == ("eof", False)
+
+
+def test_requests_piped_in_before_stdin_closes_are_all_answered(tmp_path) -> None:
+    """The SDK cancels what is in flight when stdin ends; `printf … | skill-mcp` used to lose the last answers."""
+    write_skill(tmp_path / "skills", "alpha", files={"notes.md": "# Notes\n"})
+    handshake = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ]  # fmt: skip
+    calls = [
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "skill_list"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "resources/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "skill_file", "arguments": {"name": "alpha", "paths": ["notes.md"]}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "ping"},
+    ]  # fmt: skip
+    piped = "".join(json.dumps(message) + "\n" for message in handshake + calls)
+    for _ in range(3):  # the loss was a race: each run must answer everything
+        finished = subprocess.run(
+            [sys.executable, "-m", "skill_mcp"], input=piped, capture_output=True, text=True, timeout=30,
+            env=clean_environ(SKILLS_DIR=str(tmp_path / "skills")),
+        )  # fmt: skip
+        assert finished.returncode == 0, finished.stderr
+        answers = {answer["id"]: answer for answer in map(json.loads, finished.stdout.splitlines())}
+        assert sorted(answers) == [0, 1, 2, 3, 4]
+        assert all("result" in answer for answer in answers.values())
+        assert tool_payload(answers[3])["files"][0]["content"] == "# Notes\n"
