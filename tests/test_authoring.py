@@ -44,6 +44,7 @@ SPEC_RULES = {
     "metadata-number-value": (BASE + "metadata: {version: 2}\n", '"metadata.version" is a number'),
     "metadata-number-key": (BASE + "metadata: {1: one}\n", "has the key 1, which is a number"),
     "license-list": (BASE + "license: [MIT]\n", '"license" is a list, not a string'),
+    "license-null": (BASE + "license:\n", '"license" is empty (null), not a string'),
     "allowed-tools-list": (BASE + "allowed-tools: [Read]\n", '"allowed-tools" is a list'),
 }
 

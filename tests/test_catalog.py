@@ -124,6 +124,16 @@ def test_skills_directory_linked_outside_the_root_is_refused(tmp_path, root):
     assert catalog.problems == (problem,)
 
 
+def test_escaping_skills_directory_is_reported_at_the_configured_root(tmp_path, root):
+    # §3.2/§3.7: the path is `<root>/skills` with the root as configured, not its real path.
+    make_skill(tmp_path / "elsewhere", "stolen")
+    (root / "skills").symlink_to(tmp_path / "elsewhere")
+    alias = tmp_path / "alias"
+    alias.symlink_to(root)
+    catalog = discover([str(alias)], 32)
+    assert reasons(catalog) == [(str(alias / "skills"), "symlink-escape")]
+
+
 def test_skills_directory_linked_inside_the_root_is_scanned(root):
     make_skill(root / "shared", "gamma")
     (root / "skills").symlink_to(root / "shared")
@@ -223,6 +233,26 @@ def test_skills_linking_to_the_root_itself_scans_the_root_once(root):
     assert (names(catalog), catalog.problems) == (["alpha"], ())
 
 
+def test_skills_linking_to_the_root_reports_the_root_entries_once(tmp_path, root):
+    # §3.3: each real directory is reported once; `skills -> .` must not rescan the root as skills/ entries.
+    make_skill(root, "bar")
+    (root / "foo").symlink_to("bar")
+    (root / "evil").symlink_to(tmp_path)
+    (root / "skills").symlink_to(".")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["bar"]
+    assert reasons(catalog) == [(str(root / "evil"), "symlink-escape"), (str(root / "foo"), "name-mismatch")]
+
+
+def test_only_the_root_level_skills_entry_is_quiet(root):
+    # §3.3: the quiet rule is for the ROOT-level entry named `skills`; skills/skills is an ordinary entry.
+    (root / "skills").mkdir()
+    (root / "skills" / "skills").symlink_to(root / "nowhere")
+    catalog = discover([str(root)], 32)
+    problem = only_problem(catalog, "symlink-escape")
+    assert problem.path == str(root / "skills" / "skills") and "broken symlink" in problem.detail
+
+
 def test_root_reached_through_an_alias_is_scanned_once(root):
     make_skill(root, "alpha")
     alias = root.parent / "alias"
@@ -236,6 +266,20 @@ def test_same_root_twice_serves_each_skill_once(root):
     make_skill(root / "skills", "beta")
     catalog = discover([str(root), str(root)], 32)
     assert (names(catalog), catalog.problems) == (["alpha", "beta"], ())
+
+
+def test_same_root_twice_reports_each_entry_once(tmp_path, root):
+    # §3.3: each real directory is reported or read once; the same root configured twice is scanned once.
+    make_skill(root, "bar")
+    (root / "skills").mkdir()
+    (root / "skills" / "foo").symlink_to(Path("..") / "bar")
+    (root / "evil").symlink_to(tmp_path)
+    catalog = discover([str(root), str(root)], 32)
+    assert names(catalog) == ["bar"]
+    assert reasons(catalog) == [
+        (str(root / "evil"), "symlink-escape"),
+        (str(root / "skills" / "foo"), "name-mismatch"),
+    ]
 
 
 @pytest.mark.parametrize("order", ["outer-first", "inner-first"])
@@ -435,6 +479,18 @@ def test_sparse_256_mib_skill_md_is_served_truncated_with_bounded_allocation(roo
     assert peak - baseline < 32 * MIB
 
 
+def test_skill_md_of_exactly_the_cap_is_read_whole(root):
+    # §3.4 step 4: at most 262144 bytes are read; a SKILL.md of exactly that size is not truncated.
+    head = "---\nname: exact\ndescription: d\n---\n"
+    skill = make_skill(root, "exact", body="")
+    (skill / "SKILL.md").write_text(head + "b" * (MAX_SKILL_MD_BYTES - len(head)), encoding="utf-8")
+    catalog = discover([str(root)], 32)
+    exact = served(catalog, "exact")
+    assert (exact.body_truncated, len(exact.body)) == (False, MAX_SKILL_MD_BYTES - len(head))
+    (skill / "SKILL.md").write_text(head + "b" * (MAX_SKILL_MD_BYTES - len(head) + 1), encoding="utf-8")
+    assert served(discover([str(root)], 32), "exact").body_truncated is True
+
+
 def test_invalid_utf8_in_skill_md_is_replaced(root):
     skill_dir = make_skill(root, "alpha")
     with open(skill_dir / "SKILL.md", "ab") as handle:
@@ -557,6 +613,14 @@ def test_more_skills_than_the_limit_keeps_the_first(tmp_path):
     problem = only_problem(catalog, "skill-limit")
     assert problem.path == f"{first}:{second}"
     assert "33" in problem.detail and "32" in problem.detail and "1 ignored" in problem.detail
+
+
+def test_a_limit_met_exactly_serves_every_skill_without_a_skill_limit_problem(root):
+    # §3.6 step 2: a skill-limit problem only "if more remain" after the first MAX_SKILLS.
+    for index in range(3):
+        make_skill(root, f"s{index:02d}")
+    catalog = discover([str(root)], 3)
+    assert (names(catalog), catalog.problems) == (["s00", "s01", "s02"], ())
 
 
 def test_35_skills_fit_a_limit_of_40(root):

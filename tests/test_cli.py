@@ -146,6 +146,15 @@ def test_check_exits_1_on_any_problem_and_list_still_exits_0(root: Path, elsewhe
     assert run_cli(["list", str(root), "--egress"], elsewhere)[0] == 0
 
 
+def test_check_exits_1_on_a_discovery_problem_alone(root: Path, elsewhere: Path) -> None:
+    # §14.2: exit 1 when ANY problem exists, not only `spec` findings.
+    make_skill(root, "fine")
+    (root / "not-a-skill").mkdir()
+    code, stdout, _ = run_cli(["check", str(root)], elsewhere)
+    assert code == 1
+    assert stdout.startswith(f"no-skill-md  {root / 'not-a-skill'}: ")
+
+
 # --- check ------------------------------------------------------------------------------------
 
 
@@ -172,6 +181,14 @@ def test_check_json_has_the_documented_shape_and_adds_spec_after_discovery(root:
         ("extension-excluded", str(root / "no-name")),
         ("spec", str(root / "no-name")),
     ]
+
+
+def test_check_reports_spec_for_the_first_and_only_skill(root: Path, elsewhere: Path) -> None:
+    # §14.2: `spec` findings for every served skill, the first one included.
+    make_skill(root, "solo", "name: solo\ndescription: d\ncompatibility: " + "c" * 600 + "\n")
+    code, stdout, _ = run_cli(["check", str(root), "--json"], elsewhere)
+    assert code == 1
+    assert [(p["reason"], p["path"]) for p in json.loads(stdout)["problems"]] == [("spec", str(root / "solo"))]
 
 
 def test_check_human_output_is_one_line_per_problem_then_the_summary(root: Path, elsewhere: Path) -> None:

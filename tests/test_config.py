@@ -73,6 +73,20 @@ def test_relative_roots_become_absolute_without_tilde_expansion():
     assert config.roots == ("/srv/work/rel/x", "/srv/work/~/skills", "/srv/up")
 
 
+def test_roots_are_made_absolute_not_resolved(tmp_path):
+    # §2.3: os.path.abspath, not realpath: a root reached through a link stays as configured.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    config, _ = load_config({"SKILLS_DIR": "link:./link/../real"}, str(tmp_path), BUNDLED)
+    assert config.roots == (str(tmp_path / "link"), str(tmp_path / "real"))
+
+
+def test_absolute_roots_are_normalised_without_a_working_directory():
+    # §2.3: every root goes through os.path.abspath, also when the working directory is gone.
+    config, _ = load_config({"SKILLS_DIR": "/srv//a/../b/"}, None, BUNDLED)
+    assert config.roots == ("/srv/b",)
+
+
 @pytest.mark.parametrize("marker", ["MCP_HOST_METER_FILE", "MCP_DATA_DIR", "MCP_BLOB_BASE_URL"])
 def test_skills_dir_plus_a_marker_is_hosted(marker):
     config, _ = load(SKILLS_DIR="/b", **{marker: "x"})
@@ -86,6 +100,7 @@ def test_unset_marker_is_not_hosted():
 
 @pytest.mark.parametrize(("value", "expected", "problem"), [
     ("5000", 4096, "above 4096; clamped to 4096"),
+    ("4097", 4096, "above 4096; clamped to 4096"),
     ("9" * 5000, 4096, "above 4096; clamped to 4096"),
     ("abc", 32, "not an integer of at least 1; using 32"),
     ("0", 32, "not an integer of at least 1; using 32"),

@@ -23,6 +23,11 @@ def test_body_is_verbatim_including_a_later_delimiter():
     assert parse_skill_md("---\nname: a\n---\n" + body) == ({"name": "a"}, body)
 
 
+def test_body_keeps_its_leading_blank_lines():
+    # §4.1: the body is everything after the closing line and its newline, verbatim.
+    assert parse_skill_md("---\nname: a\n---\n\n\nBody\n") == ({"name": "a"}, "\n\nBody\n")
+
+
 def test_crlf_opener_and_closer():
     assert parse_skill_md("---\r\nname: a\r\n---\r\nbody\r\n") == ({"name": "a"}, "body\r\n")
 

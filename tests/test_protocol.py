@@ -150,6 +150,16 @@ def synthetic_skills(count: int) -> tuple[Skill, ...]:
     )
 
 
+async def test_instructions_with_exactly_64_skills_have_no_more_line(root, era):
+    # §5.1: the "how many more" line only "if more skills exist" beyond the 64 listed.
+    base = deployment_for({"SKILLS_DIR": str(root)})
+    deployment = dataclasses.replace(base, skills=synthetic_skills(64))
+    async with connect(deployment, era) as client:
+        lines = client.instructions.split("\n")
+    assert len(lines) == 1 + 64
+    assert lines[-1].startswith("- skill-0063: ")
+
+
 async def test_instructions_stay_bounded_with_4096_skills(root, era):
     base = deployment_for({"SKILLS_DIR": str(root), "MCP_MAX_SKILLS": "4096"})
     deployment = dataclasses.replace(base, skills=synthetic_skills(4096))
@@ -466,6 +476,28 @@ async def test_resources_list_metadata(deployment, tree, era):
             "size": os.path.getsize(tree / "beta" / "SKILL.md"),
         },
     ]
+
+
+async def test_resources_list_serves_every_file_of_a_later_larger_skill(root, era):
+    # §8.2: every file is reachable; a skill after a smaller one on the same page keeps all its files.
+    write_skill(root, "alpha")
+    write_skill(root, "beta", files={"one.txt": "1", "two.txt": "2"})
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        page = await client.list_resources()
+    assert page.next_cursor is None
+    assert [resource.uri for resource in page.resources] == [
+        "skill://alpha/SKILL.md", "skill://beta/SKILL.md", "skill://beta/one.txt", "skill://beta/two.txt",
+    ]
+
+
+async def test_resource_uris_encode_every_byte_outside_unreserved(root, era):
+    # §8.2: every byte outside RFC 3986 unreserved characters is percent-encoded, sub-delims and ":" "@" too.
+    write_skill(root, "alpha", files={"a:b@c!$&'()*+,;=.txt": "odd\n"})
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        uris = [resource.uri for resource in (await client.list_resources()).resources]
+        odd = "skill://alpha/a%3Ab%40c%21%24%26%27%28%29%2A%2B%2C%3B%3D.txt"
+        assert uris == ["skill://alpha/SKILL.md", odd]
+        assert wire(await client.read_resource(odd))["contents"][0]["text"] == "odd\n"
 
 
 async def test_resources_list_pages_500_at_a_time_and_reaches_every_file(root, era):

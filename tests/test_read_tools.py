@@ -195,6 +195,28 @@ async def test_skill_list_standalone_without_grant_runs_what_is_declared(root, t
     assert alpha["executable"] is True
 
 
+async def test_skill_list_interpreters_are_sorted(root, tmp_path, catalog_tree, era):
+    # §7.1: `interpreters` is sorted; pin both (MCP_SKILL_NODE may name any executable regular file).
+    fake_node = tmp_path / "fake-node"
+    fake_node.write_text("#!/bin/sh\n")
+    fake_node.chmod(0o755)
+    environ = interpreter_environ(root, tmp_path, MCP_SKILL_NODE=str(fake_node))
+    async with connect(deployment_for(environ), era) as client:
+        listed = payload(await call(client, "skill_list"))
+    assert listed["interpreters"] == ["node", "python3"]
+
+
+async def test_skill_list_counts_an_empty_manifest_as_zero_files(root, era):
+    # §7.1: `files` is the number of manifest entries; SKILL.md linking to an unaddressable file leaves none.
+    skill = root / "linked"
+    skill.mkdir()
+    (skill / "real%md").write_text("---\nname: linked\ndescription: d\n---\nBody.\n")
+    (skill / "SKILL.md").symlink_to("real%md")
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        listed = payload(await call(client, "skill_list"))
+    assert [(s["name"], s["files"], s["bytes"]) for s in listed["skills"]] == [("linked", 0, 0)]
+
+
 async def test_skill_list_with_no_interpreter_names_none(root, tmp_path, catalog_tree, era):
     environ = interpreter_environ(root, tmp_path)
     environ["MCP_SKILL_PYTHON"] = str(tmp_path / "no-such-python3")
@@ -313,6 +335,17 @@ async def test_unknown_skill_named_like_a_refused_directory_says_so(root, era):
         "skill_list's problems say why. This server serves: good."
     )
     assert plain == 'no skill named "plain"\n\nHint: This server serves: good.'
+
+
+async def test_unknown_skill_hint_with_exactly_64_names_has_no_more_clause(root, era):
+    # §5.3: at most 64 names, "then and N more" only when more exist.
+    for index in range(64):
+        write_skill(root, f"s{index:02d}")
+    deployment = deployment_for({"SKILLS_DIR": str(root), "MCP_MAX_SKILLS": "100"})
+    async with connect(deployment, era) as client:
+        text = error_text(await call(client, "skill_load", {"name": "zzz"}))
+    shown = ", ".join(f"s{index:02d}" for index in range(64))
+    assert text == f'no skill named "zzz"\n\nHint: This server serves: {shown}.'
 
 
 async def test_unknown_skill_with_an_empty_catalog_points_at_skill_list(root, era):

@@ -156,6 +156,16 @@ async def test_frontmatter_is_echoed_as_json_with_iso_dates(tmp_path: Any, era: 
     }
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_frontmatter_echo_keeps_the_mcp_host_block(tmp_path: Any, era: str) -> None:
+    # §12.3: `frontmatter` is the whole parsed frontmatter, every key the author wrote.
+    frontmatter = "name: alpha\ndescription: D.\nmcp-host:\n  version: 1\n  egress: [api.example]\n"
+    write_skill(str(tmp_path), "alpha", frontmatter)
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        entry = (await call(client, "skills/list"))["skills"][0]
+    assert entry["frontmatter"] == {"name": "alpha", "description": "D.", "mcp-host": {"version": 1, "egress": ["api.example"]}}
+
+
 # --- "dynamic" ---------------------------------------------------------------------------------
 
 
@@ -168,6 +178,17 @@ async def test_dynamic_when_the_walk_hit_the_file_limit(tmp_path: Any, era: str)
     plain_skill(str(tmp_path), "alpha", many_files(2001))
     deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
     assert deployment.by_name["alpha"].file_limit_hit
+    assert await get_resources(deployment, era, "alpha") == "dynamic"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_dynamic_when_the_walk_hit_the_directory_cap_with_few_files(tmp_path: Any, era: str) -> None:
+    # §12.3: "dynamic" whenever the walk hit file-limit, also the directory cap with a short manifest.
+    skill = plain_skill(str(tmp_path), "alpha")
+    for index in range(2001):
+        os.mkdir(os.path.join(skill, "d", f"{index:04d}") if index else os.path.join(skill, "d"))
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    assert deployment.by_name["alpha"].file_limit_hit and len(deployment.by_name["alpha"].manifest) < 512
     assert await get_resources(deployment, era, "alpha") == "dynamic"
 
 
@@ -244,6 +265,25 @@ async def test_skills_list_pages_walk_every_extension_skill_exactly_once(tmp_pat
 
 
 @pytest.mark.parametrize("era", ERAS)
+async def test_directory_pages_hold_500_children(tmp_path: Any, era: str) -> None:
+    # §12.4: resources/directory/read pages 500 children at a time.
+    plain_skill(str(tmp_path), "alpha", many_files(501))
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        first = await call(client, "resources/directory/read", uri="skill://alpha/f")
+        second = await call(client, "resources/directory/read", uri="skill://alpha/f", cursor=first["nextCursor"])
+    assert (len(first["resources"]), first["nextCursor"], len(second["resources"])) == (500, "500", 1)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_directory_children_are_sorted_by_name_not_by_path(tmp_path: Any, era: str) -> None:
+    # §12.4: direct children sorted by name; the manifest's path order puts "a-b.txt" before "a/x.txt".
+    plain_skill(str(tmp_path), "alpha", {"a-b.txt": "1", "a/x.txt": "2"})
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        listed = await call(client, "resources/directory/read", uri="skill://alpha")
+    assert [child["name"] for child in listed["resources"]] == ["SKILL.md", "a", "a-b.txt"]
+
+
+@pytest.mark.parametrize("era", ERAS)
 async def test_directory_pages_walk_every_child_exactly_once(tmp_path: Any, era: str) -> None:
     plain_skill(str(tmp_path), "alpha", {**many_files(1203), "f/sub/inner.txt": "x"})
     seen: list[dict[str, Any]] = []
@@ -304,6 +344,8 @@ async def test_anything_but_a_directory_resource_is_invalid_params(tmp_path: Any
         "skill://alpha/%FF",
         "file:///etc",
         "",
+        "alpha",  # no skill:// scheme at all
+        "alpha/scripts",
     ]
     async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
         for uri in uris:
