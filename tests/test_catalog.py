@@ -737,3 +737,17 @@ def test_the_walk_lists_a_directory_only_where_discovery_found_it(tmp_path):
     assert open_directory_in_place(str(real)) is None
     os.symlink(tmp_path / "outside" / "docs", tmp_path / "link")
     assert open_directory_in_place(str(tmp_path / "link")) is None  # a link itself is never opened
+
+
+def test_the_walk_never_opens_a_link_as_a_directory_where_no_descriptor_path_is_told(tmp_path, monkeypatch):
+    # Without /proc (the realpath fallback) the open's no-follow flag is all that keeps a directory swapped for a
+    # link from being listed from where the link leads.
+    monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
+    (tmp_path / "outside" / "docs").mkdir(parents=True)
+    (tmp_path / "outside" / "docs" / "secret.txt").write_text("secret")
+    os.symlink(tmp_path / "outside" / "docs", tmp_path / "link")
+    assert open_directory_in_place(str(tmp_path / "link")) is None
+    (tmp_path / "real").mkdir()
+    fd = open_directory_in_place(str(tmp_path / "real"))
+    assert fd is not None
+    os.close(fd)

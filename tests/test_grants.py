@@ -197,3 +197,11 @@ def test_effective_env_is_declared_intersect_granted_in_declared_order(declared,
     union = {name for env in row_envs for name in env or ()}
     assert effective["s"][0].env == tuple(name for name in declared if name in union)
     assert len(problems) == sum(len(set(env or ()) - set(declared)) for env in row_envs)
+
+
+@pytest.mark.parametrize("script", ["fetch.py", "./scripts/fetch.py", "scripts/fetch.py ", "Scripts/fetch.py"])
+def test_a_row_must_name_the_declared_script_string_exactly(script):
+    # §10.3: `script` == the declared script string; a suffix, a spelling variant or a case change grants nothing.
+    effective, problems = apply_grant([WEATHER], granted(f'[{{"skill": "weather", "script": "{script}"}}]'))
+    assert effective == {"weather": ()}
+    assert [(p.reason, script in p.detail) for p in problems] == [("grant", True)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import select
 import shutil
@@ -292,3 +293,36 @@ def test_a_nameless_environ_entry_is_wiped_not_a_failed_scrub(tmp_path: Path) ->
     (boot,) = [event for event in events if event["event"] == "boot"]
     assert (boot["hosted"], boot["environScrub"]) == (True, "scrubbed")
     assert not [event for event in events if event["level"] == "warning"]
+
+
+def ignores_sigterm(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return bool(int(re.search(r"^SigIgn:\s*([0-9a-f]+)", status, re.M).group(1), 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@linux_only
+def test_a_script_ignoring_sigterm_still_dies_with_its_server(sandbox: Path) -> None:
+    # §9.8: the parent-death signal is SIGKILL, which a script cannot ignore (SIGTERM it could). The script writes
+    # nothing, so a broken stdout pipe cannot be what kills it (as it is for spinner.py in the test above).
+    process = driver(sandbox, "announce", "python3", "term_ignorer.py")
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 10)
+        assert ready, "the driver never announced its script"
+        script_pid = json.loads(process.stdout.readline())["pid"]
+        deadline = time.monotonic() + 10
+        while not ignores_sigterm(script_pid):
+            assert time.monotonic() < deadline, "the script never got to ignore SIGTERM"
+            time.sleep(0.02)
+    finally:
+        process.kill()
+        process.wait()
+    deadline = time.monotonic() + 2
+    try:
+        while not is_gone(script_pid):
+            assert time.monotonic() < deadline, "the script outlived its server"
+            time.sleep(0.02)
+    finally:
+        try:
+            os.killpg(script_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

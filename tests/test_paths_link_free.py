@@ -82,3 +82,20 @@ def test_a_fifo_swapped_in_after_the_lstat_does_not_block_the_open(skill):
         assert fd is not None and stat.S_ISFIFO(os.fstat(fd).st_mode)
     finally:
         os.close(fd)
+
+
+def test_a_fifo_swapped_in_between_the_lstat_and_the_open_goes_to_the_full_check(skill, monkeypatch):
+    # §6.2 step 5, §17 #78: lstat shows a regular file, then a FIFO takes its place before openat2 runs. The
+    # descriptor openat2 returns is the FIFO's; only the inode comparison keeps it from being served as the file.
+    real_opener = paths._OPEN_LINK_FREE
+    target = skill / "scripts" / "ok.js"
+
+    def swap_then_open(path):
+        os.mkfifo(skill / "fifo")
+        os.replace(skill / "fifo", target)
+        return real_opener(path)
+
+    monkeypatch.setattr(paths, "_OPEN_LINK_FREE", swap_then_open)
+    with fails_after(5), pytest.raises(paths.NotRegularFile):
+        SkillDir(str(skill)).open("scripts/ok.js")
+    assert stat.S_ISFIFO(os.lstat(target).st_mode)

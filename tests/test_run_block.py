@@ -81,3 +81,20 @@ def test_a_scrubbed_and_non_dumpable_boot_does_not_warn() -> None:
     with structlog.testing.capture_logs() as events:
         log_boot(get_logger(), deployment_for({"PATH": "/usr/bin"}, scrub=scrubbed, non_dumpable=True), [], scrubbed, [])
     assert not [event for event in events if event["log_level"] == "warning"]
+
+
+async def test_an_unknown_skill_is_named_before_the_block(era) -> None:
+    # §9.1: step 2 (unknown skill) comes before step 3 (runs blocked).
+    deployment = deployment_for(HOSTED, scrub=FAILED)
+    async with connect(deployment, era) as client:
+        refused = error_text(await client.call_tool("skill_run", {"name": "nope", "script": "scripts/report.py"}))
+    assert refused.startswith('no skill named "nope"')
+
+
+@pytest.mark.parametrize("script", ["scripts/report.js", "scripts/undeclared.py", "../x/y.py"])
+async def test_the_block_is_reported_before_the_script_is_judged(era, script) -> None:
+    # §9.1: step 3 (runs blocked) comes before step 4 (not granted / not declared).
+    deployment = deployment_for(HOSTED, scrub=FAILED)
+    async with connect(deployment, era) as client:
+        refused = error_text(await client.call_tool("skill_run", {"name": "skill-mcp-demo", "script": script}))
+    assert refused.startswith("no script may run on this server: the exec-time environment block could not be wiped")

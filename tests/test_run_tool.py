@@ -1220,3 +1220,69 @@ async def test_python_scripts_run_isolated_and_outside_the_servers_venv(tmp_path
     no_bytecode, no_environment, no_user_site, prefix = json.loads(result["stdout"])
     assert (no_bytecode, no_environment, no_user_site) == (1, 1, 1)
     assert prefix != sys.prefix
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("case", ["symlink-out", "directory", "missing"])
+async def test_the_resolve_check_comes_before_the_argument_caps(fence: Fence, era: str, case: str) -> None:
+    # §9.1: step 6 (resolve) before step 7 (arguments): a refused script is refused as such, whatever its args.
+    script, _, expected = PREVIEW_REFUSALS[case]
+    service = fence.service()
+    async with connect(service.deployment, era, service.call) as client:
+        result = await client.call_tool("skill_run", call(script=script, args=["a\0b"]))
+    assert error_text(result) == expected(fence)
+    assert fence.runs() == []
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_exactly_64_arguments_run(fence: Fence, era: str) -> None:
+    # §9.1 step 7: only more than MAX_ARGS = 64 is refused.
+    args = [str(n) for n in range(64)]
+    service = fence.service()
+    async with connect(service.deployment, era, service.call) as client:
+        result = await confirmed_run(client, call(args=args))
+    assert stdout_of(result)["argv"] == args
+    assert fence.runs() == [["mark", *args]]
+
+
+async def test_two_approvals_arriving_together_run_one_script(fence: Fence) -> None:
+    # §9.1 step 10: both calls pass the lock pre-check while their questions are out; the lock taken atomically
+    # after the approval lets only one of them run, and the other gets the busy refusal.
+    service = fence.service()
+    asked: list[int] = []
+    both_asked = anyio.Event()
+
+    async def hold_until_both_asked() -> None:
+        asked.append(1)
+        if len(asked) == 2:
+            both_asked.set()
+        with anyio.fail_after(10):
+            await both_asked.wait()
+
+    results: list[Any] = []
+    async with connect(service.deployment, "legacy", service.call, elicitation_callback=Asker(before=hold_until_both_asked)) as one, \
+            connect(service.deployment, "legacy", service.call, elicitation_callback=Asker(before=hold_until_both_asked)) as two:
+
+        async def run(client: Any) -> None:
+            results.append(await client.call_tool("skill_run", call(args=["--sleep", "1"])))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, one)
+            group.start_soon(run, two)
+    assert sorted(bool(result.is_error) for result in results) == [False, True]
+    assert [error_text(result) for result in results if result.is_error] == [BUSY]
+    assert fence.runs() == [["mark", "--sleep", "1"]]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_unrunnable_interpreter_is_reported_before_the_resolve_check(tmp_path: Path, era: str) -> None:
+    # §9.1: step 5 (interpreter not runnable) before step 6 (resolve): a bash script that is also missing is
+    # refused for its interpreter.
+    root = tmp_path / "root"
+    write_skill(root, "odd", "name: odd\ndescription: Odd.\nmcp-host:\n  version: 1\n  run:\n"
+                "    - script: scripts/gone.sh\n      interpreter: bash\n")
+    deployment = deployment_for({"SKILLS_DIR": str(root), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON})
+    service = RunService(deployment)
+    async with connect(deployment, era, service.call) as client:
+        refused = error_text(await client.call_tool("skill_run", {"name": "odd", "script": "scripts/gone.sh"}))
+    assert refused.startswith('"scripts/gone.sh" of the skill "odd" declares the interpreter "bash"')

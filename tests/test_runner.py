@@ -320,3 +320,47 @@ async def test_cancelling_the_run_kills_the_script() -> None:
     with anyio.fail_after(2):
         while Path(f"/proc/{pid}").exists():
             await anyio.sleep(0.02)
+
+
+@pytest.mark.anyio
+async def test_a_script_ignoring_sigterm_is_killed_2000_ms_after_the_timeout(tmp_path: Path) -> None:
+    # §9.4: SIGTERM to the group at the timeout, SIGKILL to the group 2000 ms later (not only at the hard deadline).
+    argv = [INTERPRETER_PATHS["python3"], "-c",
+            "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
+            "while True: time.sleep(0.05)"]
+    result = await run_process(argv, str(tmp_path), {}, 1000, ChildLimits())
+    assert result.timed_out is True
+    assert (result.exit_code, result.signal) == (None, "SIGKILL")
+    assert result.stdout == "ignoring\n"
+    # killed by the grace timer, before the hard deadline (timeout + 3250 ms) would have done it
+    assert 1000 + 2000 <= result.duration_ms < 1000 + 3250
+
+
+@pytest.mark.anyio
+async def test_output_of_exactly_the_cap_is_not_truncated(tmp_path: Path) -> None:
+    # §9.4: only a dropped byte sets truncated; 1048576 bytes (split over many pipe reads) are all kept.
+    argv = [INTERPRETER_PATHS["python3"], "-c",
+            f"import os\nfor _ in range(16): os.write(1, b'x' * 65536)\nos.write(2, b'y' * {MAX_OUTPUT_BYTES})"]
+    result = await run_process(argv, str(tmp_path), {}, 10000, ChildLimits())
+    assert result.exit_code == 0
+    assert (len(result.stdout), len(result.stderr)) == (MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
+    assert (result.truncated_stdout, result.truncated_stderr) == (False, False)
+
+
+@pytest.mark.anyio
+async def test_stdin_is_dev_null_not_the_servers_stdin(tmp_path: Path) -> None:
+    # §9.4: stdin is /dev/null. The server's own stdin (the MCP stream on stdio) is made a pipe here, so a
+    # script inheriting it would see the pipe and the bytes waiting in it.
+    read_end, write_end = os.pipe()
+    os.write(write_end, b'{"jsonrpc": "2.0"}\n')
+    saved = os.dup(0)
+    os.dup2(read_end, 0)
+    try:
+        argv = [INTERPRETER_PATHS["python3"], "-c",
+                "import os, sys\nprint(os.readlink('/proc/self/fd/0'))\nprint(repr(sys.stdin.read()))"]
+        result = await run_process(argv, str(tmp_path), {}, 10000, ChildLimits())
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read_end, write_end):
+            os.close(fd)
+    assert result.stdout == "/dev/null\n''\n"
