@@ -18,7 +18,6 @@ from skill_mcp.limits import (
 )
 from skill_mcp.model import Declaration, EnvField, RunEntry
 from skill_mcp.paths import describe_refusal, path_refusal
-from skill_mcp.text import shown
 
 KNOWN_TOP_LEVEL_KEYS = frozenset(
     {
@@ -162,7 +161,8 @@ def _read_run_env(at: str, entry: dict[Any, Any], findings: list[str]) -> tuple[
     names: dict[str, None] = {}
     for index, item in enumerate(items):
         if not _is_identifier(item):
-            findings.append(f"{at} env item {index} ({shown(item)}) is not an identifier (letters, digits, _); ignored")
+            # By its index only: details are logged (§13), and an item such as `KEY=value` would carry a secret.
+            findings.append(f"{at} env item {index} is not an identifier (letters, digits, _); ignored")
         elif item in PROXY_VARIABLES:
             findings.append(f"{at} asks for {item}, which is reserved: a proxy URL can carry credentials; refused")
         elif item in RESERVED_SCRIPT_ENV:
@@ -208,7 +208,6 @@ def _read_egress(block: dict[Any, Any], findings: list[str]) -> tuple[str, ...]:
             hosts.setdefault(item)
         else:
             findings.append(
-                f'"mcp-host.egress" item {index} ({shown(item)}) is not a host name (letters, digits, ".", "*", "-"); '
-                "ignored"
+                f'"mcp-host.egress" item {index} is not a host name (letters, digits, ".", "*", "-"); ignored'
             )
     return tuple(hosts)

@@ -9,7 +9,6 @@ from typing import Any
 
 from skill_mcp.config import Config
 from skill_mcp.model import Problem, RunEntry, Skill
-from skill_mcp.text import quoted
 
 GRANT_VARIABLE = "MCP_SKILL_RUN"
 HOSTED_DEFAULT_NOTE = (
@@ -72,8 +71,8 @@ def _row(index: int, item: Any) -> GrantRow:
         raise GrantError(f"{where} is not an object")
     if isinstance(item, _RepeatedKeys):
         raise GrantError(f"{where} repeats a key")
-    if unknown := [key for key in item if key not in _ROW_KEYS]:
-        raise GrantError(f"{where} has an unknown key {quoted(unknown[0])} (allowed: skill, script, env)")
+    if not item.keys() <= _ROW_KEYS:  # not named: the grant's text is never logged (§2.1)
+        raise GrantError(f"{where} has an unknown key (allowed: skill, script, env)")
     for key in ("skill", "script"):
         if key not in item:
             raise GrantError(f'{where} is missing "{key}"')

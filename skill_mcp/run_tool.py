@@ -75,6 +75,7 @@ class RunService:
         self._busy = False
         self._active_pid: int | None = None
         self._running_at_input_end = False
+        self._input_ended = False
         self._log = get_logger()
 
     # --- entry points -------------------------------------------------------------------------
@@ -100,9 +101,10 @@ class RunService:
         return await self._path_token(draft, token)
 
     def note_input_end(self) -> None:
-        """The client closed stdin. The SDK then cancels the calls in flight, killing a running script before
-        `kill_active` is asked; what runs now is what the shutdown kills."""
-        self._running_at_input_end = self._active_pid is not None
+        """The client closed stdin: a running script is killed now (§5.1) and none starts from here on, while
+        the server answers what it read before; `kill_active` at shutdown then reports this run."""
+        self._input_ended = True
+        self._running_at_input_end = self.kill_active()
 
     def kill_active(self) -> bool:
         """On shutdown: kill a running script's group; True when a run was in flight."""
@@ -324,6 +326,10 @@ class RunService:
     async def _run_once(self, draft: Draft, approval: confirm.Approval | None) -> types.CallToolResult:
         if self._busy:  # check-and-set with no await in between
             return self._busy_refusal(draft)
+        if self._input_ended:  # the end of input stops runs (§5.1); this one has not begun
+            message = "the client closed its input before this run could start; nothing was run"
+            refusal = Refused("input-ended", message, "Keep the session open until the answer arrives.")
+            return self._refused(draft.skill.name, draft.entry.script, refusal)
         self._busy = True
         try:
             if approval is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .limits import MAX_ARGS, MAX_PATHS_PER_CALL
-from .text import json_type, quoted
+from .text import quoted
 
 _NAME = {"type": "string", "minLength": 1, "description": "The skill's name, as listed by skill_list."}
 
@@ -149,43 +149,56 @@ _PYDANTIC_EXPECTED = {
 _ABSENT = object()
 
 
-def envelope_violation(method: str, params: Any, errors: list[Any]) -> str | None:
-    """What the SDK's own check of a spec method's params found (pydantic `errors()`, located under "params"),
-    said the way the tool checks say it; None when the first error is not about the params."""
-    where = tuple(errors[0]["loc"]) if errors else ()
-    if where[:1] != ("params",):
-        return None
-    field = where[1:]
-    given = params if isinstance(params, dict) else {}
-    if method == "tools/call" and field == ("arguments",) and given.get("name") in TOOLS_BY_NAME:
-        return schema_violation(given["name"], given["arguments"])
-    label = quoted("".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in field).lstrip("."))
-    kind, value = errors[0]["type"], _at(given, field)
-    if kind == "missing":
-        problem = f"{label} is required"
-    elif kind in _PYDANTIC_EXPECTED and value is not _ABSENT:
-        problem = f"{label} must be {_PYDANTIC_EXPECTED[kind]}, not {json_type(value)}"
-    else:
-        problem = f"{label}: {errors[0]['msg']}"
-    return f"invalid params for {method}: {problem}"
+def sdk_params_violation(method: str, params: Any, errors: list[Any]) -> str:
+    """What the SDK's own check of a method's params found (pydantic `errors()`, located in the params), said
+    the way the tool checks say it."""
+    field = tuple(errors[0]["loc"])
+    name = params.get("name") if isinstance(params, dict) else None
+    if method == "tools/call" and field == ("arguments",) and isinstance(name, str) and name in TOOLS_BY_NAME:
+        return schema_violation(name, params["arguments"])
+    return f"invalid params for {method}: {_params_problem(params, field, errors)}"
 
 
-def _at(value: Any, path: tuple[Any, ...]) -> Any:
-    for part in path:
-        if isinstance(value, dict) and isinstance(part, str) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
-            value = value[part]
-        else:
-            return _ABSENT
-    return value
+def _params_problem(params: Any, field: tuple[Any, ...], errors: list[Any]) -> str:
+    if not field:
+        return "params is required" if params is None else f"params must be an object, not {_json_type(params)}"
+    # How deep the path goes into what the client sent: past that, pydantic names union members, not fields.
+    sent, value = 0, params
+    while sent < len(field) and (inner := _child(value, field[sent])) is not _ABSENT:
+        sent, value = sent + 1, inner
+    label = quoted(_dotted(field[:sent])) if sent else "params"
+    kind = errors[0]["type"]
+    if sent == len(field) - 1 and kind == "missing":
+        return f"{quoted(_dotted(field))} is required"
+    if sent == len(field):
+        if kind in _PYDANTIC_EXPECTED:
+            return f"{label} must be {_PYDANTIC_EXPECTED[kind]}, not {_json_type(value)}"
+        return f"{label}: {errors[0]['msg']}"
+    # A union: one error per member tried, each located at the member's name right under the part sent.
+    members = [error["type"] for error in errors if tuple(error["loc"])[:-1] == field[:sent]]
+    if members and all(kind in _PYDANTIC_EXPECTED for kind in members):
+        accepted = " or ".join(dict.fromkeys(_PYDANTIC_EXPECTED[kind] for kind in members))
+        return f"{label} must be {accepted}, not {_json_type(value)}"
+    return f"{label} matches none of the forms this method accepts"
+
+
+def _child(value: Any, part: Any) -> Any:
+    if isinstance(value, dict) and isinstance(part, str) and part in value:
+        return value[part]
+    if isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+        return value[part]
+    return _ABSENT
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
 
 
 def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
     label = f'"{where}"' if where else "arguments"
     expected = schema["type"]
     if not isinstance(value, _JSON_TYPES[expected]):
-        return f"{label} must be {'an' if expected[0] in 'ao' else 'a'} {expected}, not {json_type(value)}"
+        return f"{label} must be {'an' if expected[0] in 'ao' else 'a'} {expected}, not {_json_type(value)}"
     if expected == "string" and len(value) < schema.get("minLength", 0):
         return f"{label} must not be empty"
     if expected == "array":
@@ -208,3 +221,13 @@ def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
             if (problem := _violation(properties[key], item, key)) is not None:
                 return problem
     return None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {dict: "an object", list: "an array", str: "a string"}.get(type(value), type(value).__name__)

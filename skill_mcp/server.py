@@ -18,12 +18,13 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
+from mcp_types import methods
 from pydantic import ValidationError
 
 from . import skills_ext, surfaces
 from .deployment import Deployment
 from .logs import get_logger
-from .schemas import TOOLS, TOOLS_BY_NAME, envelope_violation, params_violation, schema_violation
+from .schemas import TOOLS, TOOLS_BY_NAME, params_violation, schema_violation, sdk_params_violation
 from .text import quoted
 from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
@@ -127,21 +128,42 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
     )
-    server.middleware.append(_explain_invalid_params)
+    server.middleware.append(_explaining_invalid_params(server))
     _register_skills_extension(server, deployment, answer)
     return server
 
 
-async def _explain_invalid_params(ctx: ServerRequestContext[Any], call_next: Any) -> Any:
-    """The SDK refuses malformed params of a spec method with a bare "Invalid request parameters" (arguments
-    that are not an object included); §5.3 asks for a message that names the field and the rule broken."""
+def _explaining_invalid_params(server: Server[Any]) -> Callable[..., Awaitable[Any]]:
+    """The SDK refuses malformed params with a bare "Invalid request parameters" (arguments that are not an
+    object included); §5.3 asks for a message that names the field and the rule broken."""
+
+    async def explain(ctx: ServerRequestContext[Any], call_next: Callable[..., Awaitable[Any]]) -> Any:
+        try:
+            return await call_next(ctx)
+        except ValidationError:
+            errors = _params_errors(server, ctx.method, ctx.protocol_version, ctx.params)
+            if errors is None:  # the params pass: the error is not the client's to fix
+                raise
+            raise MCPError(code=types.INVALID_PARAMS, message=sdk_params_violation(ctx.method, ctx.params, errors)) from None
+
+    return explain
+
+
+def _params_errors(server: Server[Any], method: str, version: str, params: Any) -> list[Any] | None:
+    """The SDK's two checks of a request's params (its protocol revision's model, then the handler's), run
+    again on a failure: the errors, located in the params, or None when the params pass both."""
     try:
-        return await call_next(ctx)
+        if method in methods.SPEC_CLIENT_METHODS:
+            methods.validate_client_request(method, version, params)
+        if (entry := server.get_request_handler(method)) is not None:
+            entry.params_type.model_validate({} if params is None else params, by_name=False)
     except ValidationError as error:
-        explained = envelope_violation(ctx.method, ctx.params, error.errors(include_url=False, include_input=False))
-        if explained is None:
-            raise
-        raise MCPError(code=types.INVALID_PARAMS, message=explained) from None
+        errors = error.errors(include_url=False, include_input=False)
+        # The revision's check validates the whole request, so its locations start at "params".
+        return [{**each, "loc": tuple(each["loc"])[1:]} if each["loc"][:1] == ("params",) else each for each in errors]
+    except (KeyError, ValueError):  # a method or revision the SDK does not know: nothing to explain
+        return None
+    return None
 
 
 class ExtensionParams(types.RequestParams):
@@ -218,28 +240,34 @@ async def serve_stdio(
 
 
 class _Unanswered:
-    """Requests read from stdin whose answer is not written yet. When stdin ends the SDK cancels every request in
-    flight, so a client that writes its requests and then closes stdin (a shell pipe) would lose their answers:
-    the end of input waits for them, at most DRAIN_SECONDS. Not for a skill_run: the end of input kills a run."""
+    """Requests read from stdin whose answer is not written yet, skill_run calls aside. When stdin ends the SDK
+    cancels every request in flight, so a client that writes its requests and closes stdin (a shell pipe) would
+    lose their answers: the end of input waits for these, at most DRAIN_SECONDS. A skill_run is not waited for:
+    its answer may wait on the user, who can no longer reply, and the end of input stops runs (§5.1)."""
 
     def __init__(self) -> None:
-        self.is_run: dict[Any, bool] = {}  # request id -> is a skill_run
-        self._all_answered = anyio.Event()
+        self._ids: set[Any] = set()
+        self._all_answered: anyio.Event | None = None  # only while draining
 
     def read(self, item: Any) -> None:
         message = getattr(item, "message", None)
         if isinstance(message, types.JSONRPCRequest):
-            params = message.params or {}
-            self.is_run[message.id] = message.method == "tools/call" and params.get("name") == "skill_run"
+            if not (message.method == "tools/call" and (message.params or {}).get("name") == "skill_run"):
+                self._ids.add(message.id)
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            cancelled = (message.params or {}).get("requestId")
+            if isinstance(cancelled, (str, int)):  # the SDK writes nothing for a cancelled request
+                self._ids.discard(cancelled)
 
     def written(self, item: Any) -> None:
         message = getattr(item, "message", None)
-        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) and self.is_run.pop(message.id, None) is not None:
-            if not self.is_run:
+        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+            self._ids.discard(message.id)
+            if not self._ids and self._all_answered is not None:
                 self._all_answered.set()
 
     async def drain(self) -> None:
-        if not self.is_run or any(self.is_run.values()):
+        if not self._ids:
             return
         self._all_answered = anyio.Event()
         with anyio.move_on_after(DRAIN_SECONDS):

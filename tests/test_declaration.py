@@ -255,12 +255,12 @@ def test_env_items():
     assert entry == RunEntry("scripts/a.py", "python3", ("OK_VAR", "_under"), 60000)
     assert findings == [
         f"{AT} asks for MCP_SKILLS_PATH, which is reserved: it is set by the host for itself; refused",
-        f'{AT} env item 2 ("9LIVES") is not an identifier (letters, digits, _); ignored',
+        f"{AT} env item 2 is not an identifier (letters, digits, _); ignored",
         f"{AT} asks for MCP_CONFIRM_SECRET, which is reserved: it is set by the host for itself; refused",
-        f"{AT} env item 6 (a number) is not an identifier (letters, digits, _); ignored",
-        f'{AT} env item 7 ("A-B") is not an identifier (letters, digits, _); ignored',
-        f"{AT} env item 8 (null) is not an identifier (letters, digits, _); ignored",
-        f'{AT} env item 9 ("É") is not an identifier (letters, digits, _); ignored',
+        f"{AT} env item 6 is not an identifier (letters, digits, _); ignored",
+        f"{AT} env item 7 is not an identifier (letters, digits, _); ignored",
+        f"{AT} env item 8 is not an identifier (letters, digits, _); ignored",
+        f"{AT} env item 9 is not an identifier (letters, digits, _); ignored",
         f"{AT} asks for LD_PRELOAD, which is reserved: it is set by the host for itself; refused",
     ]
 
@@ -303,8 +303,7 @@ def test_egress():
     egress_finding = '"mcp-host.egress" item {} is not a host name (letters, digits, ".", "*", "-"); ignored'
     assert declare(raw) == (
         Declaration(egress=("api.example.com", "*.cdn.example", "xn--d1a.example")),
-        [egress_finding.format('3 ("bad host")'), egress_finding.format("4 (a number)"),
-         egress_finding.format('5 ("http://x")')],
+        [egress_finding.format(3), egress_finding.format(4), egress_finding.format(5)],
     )
 
 

@@ -56,7 +56,7 @@ def test_empty_array_is_valid():
     ('[{"skill": "", "script": "b"}]', 'MCP_SKILL_RUN row 0: "skill" must be a non-empty string'),
     ('[{"skill": "a", "script": 3}]', 'MCP_SKILL_RUN row 0: "script" must be a non-empty string'),
     ('[{"skill": "a", "script": "b", "envs": []}]',
-     'MCP_SKILL_RUN row 0 has an unknown key "envs" (allowed: skill, script, env)'),
+     "MCP_SKILL_RUN row 0 has an unknown key (allowed: skill, script, env)"),
     ('[{"skill": "a", "script": "b", "env": "K"}]', 'MCP_SKILL_RUN row 0: "env" must be an array of strings'),
     ('[{"skill": "a", "script": "b", "env": ["K", 1]}]', 'MCP_SKILL_RUN row 0: "env" must be an array of strings'),
     ('[{"skill": "a", "script": "b", "env": null}]', 'MCP_SKILL_RUN row 0: "env" must be an array of strings'),

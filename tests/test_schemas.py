@@ -6,8 +6,10 @@ import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcp_types import methods
+from pydantic import ValidationError
 
-from skill_mcp.schemas import TOOLS, envelope_violation, schema_violation
+from skill_mcp.schemas import TOOLS, schema_violation, sdk_params_violation
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=3)
 JSON_VALUES = st.recursive(
@@ -75,14 +77,53 @@ def test_our_validator_agrees_with_jsonschema_at_every_bound(name, arguments) ->
     assert (schema_violation(name, arguments) is None) == independent
 
 
-def test_an_error_outside_the_params_is_left_to_the_sdk():
-    # A ValidationError located elsewhere (a result, a handler's own model) is not the client's fault.
-    assert envelope_violation("prompts/get", {"name": "x"}, [{"loc": ("messages", 0), "type": "missing", "msg": "?"}]) is None
-    assert envelope_violation("prompts/get", {"name": "x"}, []) is None
+SDK_METHODS = ("tools/call", "prompts/get", "resources/read", "resources/list", "ping")
+PARAM_VALUES = st.dictionaries(
+    st.sampled_from(["name", "arguments", "uri", "cursor", "_meta", "inputResponses", "x"]), JSON_VALUES, max_size=4
+) | JSON_VALUES
+
+
+def sdk_errors(method: str, params) -> list | None:
+    """The SDK's own check of `params`, as the server re-runs it: errors located in the params, or None."""
+    try:
+        methods.validate_client_request(method, "2025-11-25", params)
+    except ValidationError as error:
+        return [{**each, "loc": tuple(each["loc"])[1:]} for each in error.errors(include_url=False, include_input=False)]
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(SDK_METHODS), PARAM_VALUES)
+def test_every_params_the_sdk_refuses_is_explained_in_one_line(method, params):
+    if (errors := sdk_errors(method, params)) is None:
+        return
+    explained = sdk_params_violation(method, params, errors)
+    assert explained.startswith(("invalid params for ", "invalid arguments for ")) and "\n" not in explained
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "said"),
+    [
+        ("prompts/get", None, "params is required"),
+        ("prompts/get", {"name": 5}, '"name" must be a string, not a number'),
+        ("ping", {"_meta": {"progressToken": {}}}, '"_meta.progressToken" must be a string or an integer, not an object'),
+        ("tools/call", {"name": {"a": 1}, "arguments": 5}, '"arguments" must be an object, not a number'),
+        ("tools/call", {"name": "skill_load", "arguments": ["a"]}, None),
+        ("completion/complete", {"ref": {"type": "nope"}, "argument": {"name": "a", "value": "b"}},
+         '"ref" matches none of the forms this method accepts'),
+    ],
+)
+def test_the_field_named_is_one_the_client_sent(method, params, said):
+    # pydantic locates an error inside a union at the member's name ("str", "PromptReference"), never sent
+    explained = sdk_params_violation(method, params, sdk_errors(method, params))
+    if said is None:  # a known tool's arguments: the tool's own words
+        assert explained == "invalid arguments for skill_load: arguments must be an object, not an array"
+    else:
+        assert explained == f"invalid params for {method}: {said}"
 
 
 def test_an_error_of_no_known_type_keeps_pydantics_words():
-    errors = [{"loc": ("params", "mode"), "type": "literal_error", "msg": "Input should be 'form' or 'url'"}]
-    assert envelope_violation("elicit", {"mode": "x"}, errors) == (
+    errors = [{"loc": ("mode",), "type": "literal_error", "msg": "Input should be 'form' or 'url'"}]
+    assert sdk_params_violation("elicit", {"mode": "x"}, errors) == (
         "invalid params for elicit: \"mode\": Input should be 'form' or 'url'"
     )

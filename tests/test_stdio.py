@@ -230,6 +230,16 @@ def test_params_the_sdk_refuses_are_explained_field_by_field(tree, era):
         assert refused("resources/read", {"uri": None})["message"] == (
             'invalid params for resources/read: "uri" must be a string, not null'
         )
+        # a name that is not a string, with bad arguments: it used to escape as an exception (code 0)
+        assert refused("tools/call", {"name": {"a": 1}, "arguments": 5})["message"] == (
+            'invalid params for tools/call: "arguments" must be an object, not a number'
+        )
+        # refused by the handler's model rather than the revision's (the handshake era ignores inputResponses)
+        answer = {"inputResponses": {"confirm": {"action": "nope"}}}
+        assert refused("tools/call", {"name": "skill_run", "arguments": {"name": "alpha", "script": "x"}, **answer}) == {
+            "code": -32602,
+            "message": 'invalid params for tools/call: "inputResponses.confirm" matches none of the forms this method accepts',
+        }
         # and the session goes on
         loaded = client.request("tools/call", {**meta, "name": "skill_load", "arguments": {"name": "alpha"}})
         assert tool_payload(loaded)["body"] == "Alpha body.\n"
