@@ -27,7 +27,7 @@ _NOT_YAML = "SKILL.md frontmatter is not valid YAML: "
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # The parser's words for the two slips authors make most, and what fixes each.
 _YAML_TIPS = {
-    "mapping values are not allowed here": '; a value that contains ": " must be quoted',
+    "mapping values are not allowed here": '; quote a value that contains ": ", and indent a key only under a key',
     "found character '\\t'": "; use spaces, not tabs, in the frontmatter",
 }
 
@@ -59,9 +59,9 @@ def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
 
 def _why_no_opener(text: str) -> str:
     """The author's likely slip, so the fix is in the message (an editor's BOM or a stray space is invisible)."""
-    first_line = text.split("\n", 1)[0].rstrip("\r")
     if not text:
         return "the file is empty"
+    first_line = text.split("\n", 1)[0].rstrip("\r")
     if text.startswith("\ufeff"):
         return "it starts with a byte order mark; save it as UTF-8 without one"
     if first_line == "---":

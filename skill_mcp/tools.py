@@ -21,8 +21,10 @@ if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these mo
     from .deployment import Deployment
 
 _MAX_NAMES_IN_HINT = 64
-# Reasons that keep a whole skill directory from being served (§3.7), as opposed to narrowing one.
-_REFUSALS = frozenset({"unreadable-skill-md", "malformed-frontmatter", "duplicate-name", "unusable-name", "skill-limit"})
+# Reasons that keep a skill directory (or a link to one) from being served, each reported at its own path (§3.7).
+_REFUSALS = frozenset(
+    {"unreadable-skill-md", "malformed-frontmatter", "duplicate-name", "unusable-name", "symlink-escape", "name-mismatch"}
+)
 
 
 class ToolFailure(Exception):
@@ -71,13 +73,18 @@ def no_skills_found(deployment: Deployment) -> str:
 def _served_names_hint(deployment: Deployment, name: str) -> str:
     # A directory of that name that discovery refused is most likely what the caller meant.
     refused = next((p for p in deployment.problems if p.reason in _REFUSALS and os.path.basename(p.path) == name), None)
-    why = f"A directory of that name was not served ({refused.reason}); skill_list's problems say why. " if refused else ""
     names = [skill.name for skill in deployment.skills]
+    if refused is not None:
+        why = f"A directory of that name was not served ({refused.reason}); skill_list's problems say why."
+        return why + (f" This server serves: {_listed(names)}" if names else " No other skill is served.")
     if not names:
-        return why + no_skills_found(deployment)
-    shown = ", ".join(names[:_MAX_NAMES_IN_HINT])
+        return no_skills_found(deployment)
+    return f"This server serves: {_listed(names)}"
+
+
+def _listed(names: list[str]) -> str:
     more = len(names) - _MAX_NAMES_IN_HINT
-    return why + f"This server serves: {shown}" + (f", and {more} more." if more > 0 else ".")
+    return ", ".join(names[:_MAX_NAMES_IN_HINT]) + (f", and {more} more." if more > 0 else ".")
 
 
 def _present(**fields: Any) -> dict[str, Any]:

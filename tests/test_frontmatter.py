@@ -92,7 +92,7 @@ def test_yaml_errors_are_positioned_in_skill_md():
     # the slip authors make most says how to fix it
     assert error_of("---\nname: a\ndescription: Use when: asked\n---\n") == (
         "SKILL.md frontmatter is not valid YAML: mapping values are not allowed here (line 3, column 22); "
-        'a value that contains ": " must be quoted'
+        'quote a value that contains ": ", and indent a key only under a key'
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import sys
 import tracemalloc
 from pathlib import Path
@@ -335,6 +336,14 @@ async def test_unknown_skill_named_like_a_refused_directory_says_so(root, era):
         "skill_list's problems say why. This server serves: good."
     )
     assert plain == 'no skill named "plain"\n\nHint: This server serves: good.'
+    # with nothing else served, once
+    shutil.rmtree(root / "good")
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        alone = error_text(await call(client, "skill_load", {"name": "bom"}))
+    assert alone == (
+        'no skill named "bom"\n\nHint: A directory of that name was not served (malformed-frontmatter); '
+        "skill_list's problems say why. No other skill is served."
+    )
 
 
 async def test_unknown_skill_hint_with_exactly_64_names_has_no_more_clause(root, era):

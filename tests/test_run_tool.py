@@ -1286,3 +1286,20 @@ async def test_an_unrunnable_interpreter_is_reported_before_the_resolve_check(tm
     async with connect(deployment, era, service.call) as client:
         refused = error_text(await client.call_tool("skill_run", {"name": "odd", "script": "scripts/gone.sh"}))
     assert refused.startswith('"scripts/gone.sh" of the skill "odd" declares the interpreter "bash"')
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_no_run_starts_once_the_client_has_closed_its_input(fence: Fence, era: str) -> None:
+    # §5.1: the end of input stops runs; a confirmed call still being handled then must not start one.
+    service = fence.service()
+    async with connect(service.deployment, era, service.call) as client:
+        token = await token_for(client, call())
+        service.note_input_end()
+        with capture_logs() as logs:
+            result = await client.call_tool("skill_run", call(confirmToken=token))
+    assert error_text(result) == (
+        "the client closed its input before this run could start; nothing was run\n\n"
+        "Hint: Keep the session open until the answer arrives."
+    )
+    assert fence.runs() == []
+    assert [entry["reason"] for entry in events(logs) if entry["event"] == "run.refused"] == ["input-ended"]
