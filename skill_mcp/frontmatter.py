@@ -161,6 +161,19 @@ class _Constructor(SafeConstructor):
         return value
 
 
+    def check_mapping_key(self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any) -> bool:
+        # ruamel's own message quotes both values (file contents, which no log may carry), and Python's 1 == true
+        # makes two keys collide that YAML and JSON keep apart.
+        if key not in mapping:
+            return True
+        earlier = next(each for each in mapping if each == key)
+        if type(earlier) is type(key):
+            problem = f"found duplicate key {quoted(json_key(key))}"
+        else:
+            problem = f"the keys {json_key(earlier)} and {json_key(key)} are one key to this parser; rename one"
+        raise ConstructorError("while constructing a mapping", node.start_mark, problem, key_node.start_mark)
+
+
 _Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
 _Constructor.add_constructor("tag:yaml.org,2002:str", _Constructor.construct_yaml_str)
 

@@ -147,10 +147,15 @@ def test_star_and_ampersand_inside_scalars_are_fine():
     assert parse_skill_md(text)[0] == {"description": "Run *all* tests", "note": "Q &A", "quoted": "&x *y !z"}
 
 
-def test_duplicate_keys_are_refused():
-    assert error_of("---\na: 1\na: 2\n---\n") == (
-        'SKILL.md frontmatter is not valid YAML: while constructing a mapping, '
-        'found duplicate key "a" with value "2" (original value: "1") (line 3, column 1)'
+def test_duplicate_keys_are_refused_without_their_values():
+    # the detail is logged at boot, and values are file contents
+    assert error_of("---\na: secret-one\na: secret-two\n---\n") == (
+        'SKILL.md frontmatter is not valid YAML: while constructing a mapping, found duplicate key "a" (line 3, column 1)'
+    )
+    # YAML and JSON keep 1 and true apart; a Python mapping cannot, so the author is told to rename one
+    assert error_of("---\n1: a\ntrue: b\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: while constructing a mapping, "
+        "the keys 1 and true are one key to this parser; rename one (line 3, column 1)"
     )
 
 
