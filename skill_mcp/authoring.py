@@ -17,8 +17,9 @@ from typing import Any
 from .cli import EXIT_OK, EXIT_PROBLEMS
 from .deployment import Deployment, build_deployment
 from .frontmatter import json_key
-from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_MAX_NAME_CHARS, is_agent_skills_name
+from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_MAX_NAME_CHARS, INTERPRETERS, is_agent_skills_name
 from .model import Problem, Skill
+from .text import quoted
 from .tools import skill_list
 
 _MAX_COMPATIBILITY_CHARS = 500
@@ -125,6 +126,25 @@ def check_lines(report: Mapping[str, Any]) -> list[str]:
     return [*lines, _summary(len(report["skills"]), len(report["problems"]))]
 
 
+def check_notes(deployment: Deployment) -> list[str]:
+    """What an author would want to know that is no problem (a problem changes the exit code): which skills were
+    checked when no root was given, and declared scripts no deployment of skill-mcp can ever run."""
+    notes = []
+    if deployment.roots_from == "default":
+        notes.append(
+            "no ROOT argument, MCP_SKILLS_PATH or SKILLS_DIR, so this checked the bundled demo skill; "
+            "pass the directory that holds your skills, e.g. `skill-mcp check ./skills`"
+        )
+    for skill in deployment.skills:
+        for entry in skill.declaration.runs:
+            if entry.interpreter not in INTERPRETERS:
+                notes.append(
+                    f'{skill.name}: "{entry.script}" declares the interpreter {quoted(entry.interpreter)}, and '
+                    f"skill-mcp runs only {' and '.join(INTERPRETERS)}, so it never runs"
+                )
+    return notes
+
+
 def table_lines(listing: Mapping[str, Any]) -> list[str]:
     """The `list` table from the `skill_list` object, so both views show the same facts."""
     rows = [("NAME", "FILES", "RUNNABLE", "DESCRIPTION")] + [
@@ -170,6 +190,8 @@ def check(roots: tuple[str, ...], as_json: bool) -> int:
     findings = [finding for skill in deployment.skills for finding in spec_findings(skill)]
     problems = [*deployment.problems, *findings]
     report = check_report(deployment.roots, [skill.name for skill in deployment.skills], problems)
+    for note in check_notes(deployment):
+        print(f"skill-mcp: note: {note}", file=sys.stderr)
     _print(json.dumps(report, ensure_ascii=False, indent=2) if as_json else "\n".join(check_lines(report)))
     return EXIT_PROBLEMS if problems else EXIT_OK
 

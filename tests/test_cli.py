@@ -132,8 +132,25 @@ def test_usage_errors_exit_2(elsewhere: Path, args: list[str]) -> None:
 @pytest.mark.parametrize("via", ENTRY_POINTS)
 def test_the_bundled_demo_skill_checks_clean(elsewhere: Path, via: str) -> None:
     code, stdout, stderr = run_cli(["check"], elsewhere, via=via)
-    assert (code, stdout, stderr) == (0, "1 skill(s), 0 problem(s)\n", "")
+    assert (code, stdout) == (0, "1 skill(s), 0 problem(s)\n")
+    # an author who forgot the ROOT is told what was checked instead
+    assert stderr == (
+        "skill-mcp: note: no ROOT argument, MCP_SKILLS_PATH or SKILLS_DIR, so this checked the bundled demo skill; "
+        "pass the directory that holds your skills, e.g. `skill-mcp check ./skills`\n"
+    )
     assert cli_json(["check"], elsewhere) == {"roots": [BUNDLED_ROOT], "skills": ["skill-mcp-demo"], "problems": []}
+
+
+def test_check_notes_scripts_no_deployment_can_run_without_failing(root: Path, elsewhere: Path) -> None:
+    runnable_tree(root)
+    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout) == (0, "3 skill(s), 0 problem(s)\n")
+    never = 'declares the interpreter "bash", and skill-mcp runs only node and python3, so it never runs'
+    assert stderr.splitlines() == [
+        f'skill-mcp: note: fetch: "scripts/run.sh" {never}',
+        f'skill-mcp: note: shell-only: "run.sh" {never}',
+        f'skill-mcp: note: upload: "scripts/run.sh" {never}',
+    ]
 
 
 def test_check_exits_1_on_any_problem_and_list_still_exits_0(root: Path, elsewhere: Path) -> None:
@@ -333,7 +350,8 @@ def test_a_reader_that_leaves_early_is_no_crash(elsewhere: Path, command: str) -
                               stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.PIPE, timeout=60)
     finally:
         os.close(write_end)
-    assert (done.returncode, done.stderr) == (0, b"")  # the bundled demo: no problems
+    assert done.returncode == 0  # the bundled demo: no problems
+    assert all(line.startswith(b"skill-mcp: note: ") for line in done.stderr.splitlines()), done.stderr  # no traceback
 
 
 def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhere: Path) -> None:
