@@ -144,6 +144,7 @@ _PYDANTIC_EXPECTED = {
     "bool_type": "a boolean",
     "int_type": "an integer",
     "int_from_float": "an integer",
+    "int_parsing": "an integer",
     "float_type": "a number",
 }
 _ABSENT = object()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,8 +19,9 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.exceptions import MCPError
-from mcp_types import methods
+from mcp_types import RequestId, methods
 from pydantic import ValidationError
 
 from . import skills_ext, surfaces
@@ -30,6 +33,12 @@ from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
 
 DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
+EXIT_DEADLINE_SECONDS = 4.5
+_SDK_BARE_INVALID_PARAMS = "Invalid request parameters"
+BEFORE_THE_SESSION = (
+    "the session has not begun: send initialize, then notifications/initialized, before any other request "
+    "(on the 2026-07-28 protocol, every request carries the _meta envelope instead)"
+)
 RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
 
 
@@ -145,6 +154,11 @@ def _explaining_invalid_params(server: Server[Any]) -> Callable[..., Awaitable[A
             if errors is None:  # the params pass: the error is not the client's to fix
                 raise
             raise MCPError(code=types.INVALID_PARAMS, message=sdk_params_violation(ctx.method, ctx.params, errors)) from None
+        except MCPError as error:
+            # The SDK's one other use of those words: a request before the session began, whatever its params.
+            if (error.error.code, error.error.message) != (types.INVALID_PARAMS, _SDK_BARE_INVALID_PARAMS):
+                raise
+            raise MCPError(code=types.INVALID_PARAMS, message=BEFORE_THE_SESSION) from None
 
     return explain
 
@@ -211,32 +225,51 @@ def _register_skills_extension(
 
 
 async def serve_stdio(
-    server: Server[Any], on_shutdown: Callable[[str], Awaitable[None]], on_input_end: Callable[[], None] = lambda: None
+    server: Server[Any], on_shutdown: Callable[[str], None], on_input_end: Callable[[], None] = lambda: None
 ) -> None:
-    """Serve until stdin closes or a signal arrives, then shut down cleanly with exit status 0. `on_input_end`
-    runs when the last message has been read, before the requests read are answered (_Unanswered) and the SDK
-    cancels the calls still in flight."""
+    """Serve until stdin closes, the client leaves or a signal arrives, then shut down with exit status 0 within
+    §5.1's 5 s. `on_input_end` runs when the last message has been read, before the requests read are answered
+    (_Unanswered) and the SDK cancels the calls still in flight; `on_shutdown(reason)` runs once, at the end."""
     from mcp.server.stdio import stdio_server
+
+    shutdown_once = threading.Lock()
+
+    def shutdown(reason: str) -> None:
+        if shutdown_once.acquire(blocking=False):
+            on_shutdown(reason)
+
+    def exit_now(reason: str) -> None:
+        shutdown(reason)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    def input_ended() -> None:
+        on_input_end()
+        # The SDK writes stdout from a worker thread that no cancellation reaches: a client that stopped reading
+        # would hold the exit forever, so it is forced at the deadline.
+        watchdog = threading.Timer(EXIT_DEADLINE_SECONDS, exit_now, ("eof",))
+        watchdog.daemon = True
+        watchdog.start()
 
     async with anyio.create_task_group() as group:
 
         async def watch_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
                 async for _ in signals:
-                    await on_shutdown("signal")
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    # The SDK reads stdin in a worker thread that no cancellation can interrupt.
-                    os._exit(0)
+                    exit_now("signal")  # the SDK reads stdin in a worker thread, so exit rather than cancel
 
         group.start_soon(watch_signals)
-        async with stdio_server() as (read_stream, write_stream):
-            unanswered = _Unanswered()
-            messages = _WatchedInput(read_stream, unanswered, on_input_end)
-            answers = _WatchedOutput(write_stream, unanswered)
-            await server.run(messages, answers, server.create_initialization_options())  # type: ignore[arg-type]
+        try:
+            async with stdio_server() as (read_stream, write_stream):
+                unanswered = _Unanswered()
+                messages = _WatchedInput(read_stream, unanswered, input_ended)
+                answers = _WatchedOutput(write_stream, unanswered)
+                await server.run(messages, answers, server.create_initialization_options())  # type: ignore[arg-type]
+        except* BrokenPipeError:
+            pass  # the client closed its end of stdout: it has left, as if it had closed stdin
         group.cancel_scope.cancel()
-    await on_shutdown("eof")
+    shutdown("eof")
 
 
 class _Unanswered:
@@ -246,28 +279,34 @@ class _Unanswered:
     its answer may wait on the user, who can no longer reply, and the end of input stops runs (§5.1)."""
 
     def __init__(self) -> None:
-        self._ids: set[Any] = set()
+        self._waiting: Counter[RequestId] = Counter()  # by the SDK's own id rules: "7" is 7, true is no id
         self._all_answered: anyio.Event | None = None  # only while draining
 
     def read(self, item: Any) -> None:
         message = getattr(item, "message", None)
         if isinstance(message, types.JSONRPCRequest):
             if not (message.method == "tools/call" and (message.params or {}).get("name") == "skill_run"):
-                self._ids.add(message.id)
+                self._waiting[coerce_request_id(message.id)] += 1
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
-            cancelled = (message.params or {}).get("requestId")
-            if isinstance(cancelled, (str, int)):  # the SDK writes nothing for a cancelled request
-                self._ids.discard(cancelled)
+            cancelled = as_request_id((message.params or {}).get("requestId"))
+            if cancelled is not None:  # the SDK writes nothing for a cancelled request
+                self._settle(coerce_request_id(cancelled))
 
     def written(self, item: Any) -> None:
         message = getattr(item, "message", None)
-        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
-            self._ids.discard(message.id)
-            if not self._ids and self._all_answered is not None:
-                self._all_answered.set()
+        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) and message.id is not None:
+            self._settle(coerce_request_id(message.id))
+
+    def _settle(self, request_id: RequestId) -> None:
+        if self._waiting[request_id] > 1:
+            self._waiting[request_id] -= 1
+        else:
+            self._waiting.pop(request_id, None)
+        if not self._waiting and self._all_answered is not None:
+            self._all_answered.set()
 
     async def drain(self) -> None:
-        if not self._ids:
+        if not self._waiting:
             return
         self._all_answered = anyio.Event()
         with anyio.move_on_after(DRAIN_SECONDS):

@@ -14,7 +14,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.message import SessionMessage
 from support import write_skill
-from wire import LineClient, clean_environ, legacy_handshake, tool_payload
+from wire import EXIT_SECONDS, LineClient, clean_environ, legacy_handshake, tool_payload
 
 from skill_mcp.server import DRAIN_SECONDS, _Unanswered
 
@@ -60,14 +60,14 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("how", ["eof", "signal"])
+@pytest.mark.parametrize("how", ["eof", "signal", "hangup"])
 def test_shutdown_kills_the_running_script_and_exits_zero(tmp_path, how: str) -> None:
     server, script_pid = start_slow_run(tmp_path)
     assert alive(script_pid)
     if how == "eof":
         server.close_stdin()
-    else:
-        server.process.send_signal(signal.SIGTERM)
+    else:  # SIGHUP: the terminal or SSH session that started the server went away
+        server.process.send_signal(signal.SIGTERM if how == "signal" else signal.SIGHUP)
     assert server.wait() == 0  # within 5 s
     deadline = time.monotonic() + 2
     while alive(script_pid) and time.monotonic() < deadline:
@@ -76,7 +76,7 @@ def test_shutdown_kills_the_running_script_and_exits_zero(tmp_path, how: str) ->
     events = server.log_events()
     shutdown = [event for event in events if event["event"] == "shutdown"]
     assert len(shutdown) == 1
-    assert shutdown[0]["reason"] == how
+    assert shutdown[0]["reason"] == ("eof" if how == "eof" else "signal")
     assert shutdown[0]["killedRun"] is True, events
 
 
@@ -147,3 +147,85 @@ async def test_a_cancelled_request_is_not_waited_for_at_the_end_of_input() -> No
     with anyio.move_on_after(DRAIN_SECONDS / 4) as waited:
         await unanswered.drain()
     assert waited.cancelled_caught
+
+
+def handshake_lines(requests: int) -> bytes:
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "rude", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *({"jsonrpc": "2.0", "id": index, "method": "tools/list"} for index in range(1, requests + 1)),
+    ]  # fmt: skip
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def rude_client(tmp_path, requests: int, close_stdout: bool) -> tuple[int, float, list[dict]]:
+    """A client that writes its requests and closes stdin, but never reads stdout (or closed it at once)."""
+    stderr_path = tmp_path / "stderr"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+            env=clean_environ(),
+        )  # fmt: skip
+        if close_stdout:
+            process.stdout.close()
+        process.stdin.write(handshake_lines(requests))
+        process.stdin.close()
+        ended = time.monotonic()
+        code = process.wait(timeout=EXIT_SECONDS + 5)
+        waited = time.monotonic() - ended
+        if not close_stdout:
+            process.stdout.close()
+    return code, waited, [json.loads(line) for line in stderr_path.read_text().splitlines()]  # only JSON lines
+
+
+def test_a_client_that_stops_reading_stdout_does_not_hold_the_exit(tmp_path) -> None:
+    # §5.1: exit 0 within 5 s of the end of input. The SDK writes stdout from a thread no cancellation reaches,
+    # so with the pipe full (200 tools/list answers, ~600 KB) the exit used to wait forever.
+    code, waited, events = rude_client(tmp_path, 200, close_stdout=False)
+    assert code == 0 and waited < EXIT_SECONDS
+    assert [event["reason"] for event in events if event["event"] == "shutdown"] == ["eof"]
+
+
+def test_a_client_that_closed_stdout_is_no_crash(tmp_path) -> None:
+    # A crashed client: writing an answer raises BrokenPipeError, which used to end the server with a traceback
+    # on stderr and exit status 1.
+    code, _, events = rude_client(tmp_path, 5, close_stdout=True)
+    assert code == 0
+    assert [event["reason"] for event in events if event["event"] == "shutdown"] == ["eof"]
+
+
+def test_a_signal_during_boot_exits_zero_without_a_traceback(tmp_path) -> None:
+    # Boot takes ~0.2 s before the stdio loop listens for signals; a SIGTERM then used to end the process with
+    # a signal status (and SIGINT with a KeyboardInterrupt traceback).
+    stderr_path = tmp_path / "stderr"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.DEVNULL, stderr=stderr, env=clean_environ())
+        deadline = time.monotonic() + 10
+        while not catches(process.pid, signal.SIGTERM):
+            assert time.monotonic() < deadline and process.poll() is None, "no SIGTERM handler was installed"
+            time.sleep(0.001)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=EXIT_SECONDS) == 0
+        process.stdin.close()
+    events = [json.loads(line)["event"] for line in stderr_path.read_text().splitlines()]
+    assert "boot" not in events  # it came during boot, and ended it
+
+
+def catches(pid: int, signum: int) -> bool:
+    status = open(f"/proc/{pid}/status").read()
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+    return bool(caught & (1 << (signum - 1)))
+
+
+def test_request_ids_follow_the_sdks_rules() -> None:
+    # "7" and 7 are one id to the SDK, true is none, and two requests may share an id: each needs its answer.
+    unanswered = _Unanswered()
+    for request_id in (1, 1, 7):
+        unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
+    for cancelled in (True, "7"):
+        params = {"requestId": cancelled}
+        unanswered.read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)))
+    unanswered.written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
+    assert dict(unanswered._waiting) == {1: 1}  # the second request 1 still waits; 7 was cancelled

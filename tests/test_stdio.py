@@ -21,6 +21,7 @@ from support import write_skill
 from wire import LineClient, clean_environ, legacy_handshake, running, tool_payload
 
 from skill_mcp.logs import configure_logging
+from skill_mcp.server import BEFORE_THE_SESSION
 
 VENV_BIN = os.path.dirname(sys.executable)
 MODULE = (sys.executable, "-m", "skill_mcp")
@@ -201,6 +202,17 @@ def test_modern_era_on_the_wire_with_the_request_envelope(tree):
         client.close_stdin()
         assert client.wait() == 0
     assert_stdout_is_only_json_rpc(client)
+
+
+def test_a_request_before_initialize_is_told_to_initialize_first(tree):
+    # The SDK refuses it with its bare "Invalid request parameters", though nothing is wrong with the params.
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        early = client.request("tools/list")
+        assert early["error"] == {"code": -32602, "message": BEFORE_THE_SESSION}
+        legacy_handshake(client)
+        assert len(client.request("tools/list")["result"]["tools"]) == 4
+        client.close_stdin()
+        assert client.wait() == 0
 
 
 @pytest.mark.parametrize("era", ["legacy", MODERN])
