@@ -160,7 +160,6 @@ class _Constructor(SafeConstructor):
                 raise ConstructorError(None, None, problem, node.start_mark) from None
         return value
 
-
     def check_mapping_key(self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any) -> bool:
         # ruamel's own message quotes both values (file contents, which no log may carry), and Python's 1 == true
         # makes two keys collide that YAML and JSON keep apart.

@@ -153,11 +153,7 @@ _ABSENT = object()
 def sdk_params_violation(method: str, params: Any, errors: list[Any]) -> str:
     """What the SDK's own check of a method's params found (pydantic `errors()`, located in the params), said
     the way the tool checks say it."""
-    field = tuple(errors[0]["loc"])
-    name = params.get("name") if isinstance(params, dict) else None
-    if method == "tools/call" and field == ("arguments",) and isinstance(name, str) and name in TOOLS_BY_NAME:
-        return schema_violation(name, params["arguments"])
-    return f"invalid params for {method}: {_params_problem(params, field, errors)}"
+    return f"invalid params for {method}: {_params_problem(params, tuple(errors[0]['loc']), errors)}"
 
 
 def _params_problem(params: Any, field: tuple[Any, ...], errors: list[Any]) -> str:

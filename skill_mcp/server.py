@@ -13,6 +13,8 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -39,6 +41,8 @@ BEFORE_THE_SESSION = (
     "the session has not begun: send initialize, then notifications/initialized, before any other request "
     "(on the 2026-07-28 protocol, every request carries the _meta envelope instead)"
 )
+# tools/call arguments that are not an object, which the SDK's model refuses: handed to call_tool this way
+_REFUSED_ARGUMENTS: ContextVar[Any] = ContextVar("refused_arguments", default=None)
 RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
 
 
@@ -79,7 +83,9 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         name = params.name
         if name not in TOOLS_BY_NAME:
             return text_result(f"unknown tool {quoted(name)}", is_error=True)
-        arguments = params.arguments or {}
+        arguments = _REFUSED_ARGUMENTS.get()
+        if arguments is None:
+            arguments = params.arguments or {}
         if (violation := schema_violation(name, arguments)) is not None:
             return text_result(violation, is_error=True)
         try:
@@ -143,10 +149,18 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
 
 
 def _explaining_invalid_params(server: Server[Any]) -> Callable[..., Awaitable[Any]]:
-    """The SDK refuses malformed params with a bare "Invalid request parameters" (arguments that are not an
-    object included); §5.3 asks for a message that names the field and the rule broken."""
+    """The SDK refuses malformed params with a bare "Invalid request parameters"; §5.3 asks for a message that
+    names the field and the rule broken, and for tool arguments that are not an object, the tool's isError result."""
 
     async def explain(ctx: ServerRequestContext[Any], call_next: Callable[..., Awaitable[Any]]) -> Any:
+        arguments = ctx.params.get("arguments") if ctx.method == "tools/call" and isinstance(ctx.params, dict) else None
+        if arguments is not None and not isinstance(arguments, dict):
+            # The SDK would refuse the whole call; §5.3 wants the tool's own isError answer, so the tool gets them.
+            token = _REFUSED_ARGUMENTS.set(arguments)
+            try:
+                return await explain(replace(ctx, params={**ctx.params, "arguments": None}), call_next)
+            finally:
+                _REFUSED_ARGUMENTS.reset(token)
         try:
             return await call_next(ctx)
         except ValidationError:

@@ -232,19 +232,24 @@ def test_params_the_sdk_refuses_are_explained_field_by_field(tree, era):
             "code": -32602, "message": 'invalid params for prompts/get: "name" must be a string, not a number'
         }
         assert refused("prompts/get", {})["message"] == 'invalid params for prompts/get: "name" is required'
-        assert refused("tools/call", {"name": "skill_load", "arguments": ["alpha"]})["message"] == (
-            "invalid arguments for skill_load: arguments must be an object, not an array"
-        )
         assert refused("tools/call", {"arguments": {}})["message"] == 'invalid params for tools/call: "name" is required'
-        assert refused("tools/call", {"name": "nope", "arguments": 3})["message"] == (
-            'invalid params for tools/call: "arguments" must be an object, not a number'
+
+        # §5.3: arguments that are not an object are the tool's to refuse, with its isError result
+        def tool_error(params: dict) -> tuple[bool, str]:
+            result = client.request("tools/call", {**meta, **params})["result"]
+            return result["isError"], result["content"][0]["text"]
+
+        assert tool_error({"name": "skill_load", "arguments": ["alpha"]}) == (
+            True, "invalid arguments for skill_load: arguments must be an object, not an array"
         )
+        assert tool_error({"name": "nope", "arguments": 3}) == (True, 'unknown tool "nope"')
+
         assert refused("resources/read", {"uri": None})["message"] == (
             'invalid params for resources/read: "uri" must be a string, not null'
         )
         # a name that is not a string, with bad arguments: it used to escape as an exception (code 0)
         assert refused("tools/call", {"name": {"a": 1}, "arguments": 5})["message"] == (
-            'invalid params for tools/call: "arguments" must be an object, not a number'
+            'invalid params for tools/call: "name" must be a string, not an object'
         )
         # refused by the handler's model rather than the revision's (the handshake era ignores inputResponses)
         answer = {"inputResponses": {"confirm": {"action": "nope"}}}
