@@ -96,9 +96,10 @@ def serve() -> int:
     import anyio
 
     from .deployment import build_deployment
+    from .lifecycle import serve_stdio
     from .logs import configure_logging, get_logger, log_boot
     from .run_tool import RunService
-    from .server import build_server, serve_stdio
+    from .server import build_server
 
     deployment, warnings = build_deployment(os.environ, scrub=scrub, non_dumpable=non_dumpable)
     configure_logging(deployment.config.log_level, deployment.config.log_format)

@@ -7,11 +7,6 @@ the handlers' plain values, and keeps every exception off the wire.
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-import threading
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import replace
@@ -21,9 +16,8 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.exceptions import MCPError
-from mcp_types import RequestId, methods
+from mcp_types import methods
 from pydantic import ValidationError
 
 from . import skills_ext, surfaces
@@ -34,8 +28,6 @@ from .text import quoted
 from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
 
-DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
-EXIT_DEADLINE_SECONDS = 4.5
 _SDK_BARE_INVALID_PARAMS = "Invalid request parameters"
 BEFORE_THE_SESSION = (
     "the session has not begun: send initialize, then notifications/initialized, before any other request "
@@ -236,138 +228,3 @@ def _register_skills_extension(
             lambda given: skills_ext.directory_page(deployment, given["uri"], given.get("cursor")),
         ),
     )
-
-
-async def serve_stdio(
-    server: Server[Any], on_shutdown: Callable[[str], None], on_input_end: Callable[[], None] = lambda: None
-) -> None:
-    """Serve until stdin closes, the client leaves or a signal arrives, then shut down with exit status 0 within
-    §5.1's 5 s. `on_input_end` runs when the last message has been read, before the requests read are answered
-    (_Unanswered) and the SDK cancels the calls still in flight; `on_shutdown(reason)` runs once, at the end."""
-    from mcp.server.stdio import stdio_server
-
-    shutdown_once = threading.Lock()
-
-    def shutdown(reason: str) -> None:
-        if shutdown_once.acquire(blocking=False):
-            on_shutdown(reason)
-
-    def exit_now(reason: str) -> None:
-        shutdown(reason)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
-    def input_ended() -> None:
-        on_input_end()
-        # The SDK writes stdout from a worker thread that no cancellation reaches: a client that stopped reading
-        # would hold the exit forever, so it is forced at the deadline.
-        watchdog = threading.Timer(EXIT_DEADLINE_SECONDS, exit_now, ("eof",))
-        watchdog.daemon = True
-        watchdog.start()
-
-    async with anyio.create_task_group() as group:
-
-        async def watch_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-                async for _ in signals:
-                    exit_now("signal")  # the SDK reads stdin in a worker thread, so exit rather than cancel
-
-        group.start_soon(watch_signals)
-        try:
-            async with stdio_server() as (read_stream, write_stream):
-                unanswered = _Unanswered()
-                messages = _WatchedInput(read_stream, unanswered, input_ended)
-                answers = _WatchedOutput(write_stream, unanswered)
-                await server.run(messages, answers, server.create_initialization_options())  # type: ignore[arg-type]
-        except* BrokenPipeError:
-            pass  # the client closed its end of stdout: it has left, as if it had closed stdin
-        group.cancel_scope.cancel()
-    shutdown("eof")
-
-
-class _Unanswered:
-    """Requests read from stdin whose answer is not written yet, skill_run calls aside. When stdin ends the SDK
-    cancels every request in flight, so a client that writes its requests and closes stdin (a shell pipe) would
-    lose their answers: the end of input waits for these, at most DRAIN_SECONDS. A skill_run is not waited for:
-    its answer may wait on the user, who can no longer reply, and the end of input stops runs (§5.1)."""
-
-    def __init__(self) -> None:
-        self._waiting: Counter[RequestId] = Counter()  # by the SDK's own id rules: "7" is 7, true is no id
-        self._all_answered: anyio.Event | None = None  # only while draining
-
-    def read(self, item: Any) -> None:
-        message = getattr(item, "message", None)
-        if isinstance(message, types.JSONRPCRequest):
-            if not (message.method == "tools/call" and (message.params or {}).get("name") == "skill_run"):
-                self._waiting[coerce_request_id(message.id)] += 1
-        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
-            cancelled = as_request_id((message.params or {}).get("requestId"))
-            if cancelled is not None:  # the SDK writes nothing for a cancelled request
-                self._settle(coerce_request_id(cancelled))
-
-    def written(self, item: Any) -> None:
-        message = getattr(item, "message", None)
-        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) and message.id is not None:
-            self._settle(coerce_request_id(message.id))
-
-    def _settle(self, request_id: RequestId) -> None:
-        if self._waiting[request_id] > 1:
-            self._waiting[request_id] -= 1
-        else:
-            self._waiting.pop(request_id, None)
-        if not self._waiting and self._all_answered is not None:
-            self._all_answered.set()
-
-    async def drain(self) -> None:
-        if not self._waiting:
-            return
-        self._all_answered = anyio.Event()
-        with anyio.move_on_after(DRAIN_SECONDS):
-            await self._all_answered.wait()
-
-
-class _Watched:
-    """One of the SDK's streams, unchanged but for what a subclass notes in `_unanswered` as messages pass."""
-
-    def __init__(self, stream: Any, unanswered: _Unanswered) -> None:
-        self._stream, self._unanswered = stream, unanswered
-
-    async def __aenter__(self) -> Any:
-        await self._stream.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self._stream.__aexit__(*exc_info)
-
-    def __getattr__(self, name: str) -> Any:  # e.g. `last_context`, read per message
-        return getattr(self._stream, name)
-
-
-class _WatchedInput(_Watched):
-    """Notes each request read; at the end of input, runs the callback and then the drain."""
-
-    def __init__(self, stream: Any, unanswered: _Unanswered, on_end: Callable[[], None]) -> None:
-        super().__init__(stream, unanswered)
-        self._on_end = on_end
-
-    def __aiter__(self) -> _WatchedInput:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            item = await self._stream.__anext__()
-        except StopAsyncIteration:
-            self._on_end()
-            await self._unanswered.drain()
-            raise
-        self._unanswered.read(item)
-        return item
-
-
-class _WatchedOutput(_Watched):
-    """Notes each answer written."""
-
-    async def send(self, item: Any) -> None:
-        await self._stream.send(item)
-        self._unanswered.written(item)

@@ -16,7 +16,7 @@ from mcp.shared.message import SessionMessage
 from support import write_skill
 from wire import EXIT_SECONDS, LineClient, clean_environ, legacy_handshake, tool_payload
 
-from skill_mcp.server import DRAIN_SECONDS, _Unanswered
+from skill_mcp.lifecycle import DRAIN_SECONDS, _Unanswered
 
 SLOW_SKILL = """\
 name: slow

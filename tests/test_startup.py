@@ -38,7 +38,7 @@ if sys.argv[1] == "fast":
 else:
     import mcp.server.lowlevel
 collections = sum(generation["collections"] for generation in gc.get_stats()) - collections
-import skill_mcp.run_tool, skill_mcp.server
+import skill_mcp.lifecycle, skill_mcp.run_tool, skill_mcp.server
 from mcp_types import methods
 revisions = [sorted(name for name in DEFERRED_REVISIONS if name in sys.modules)]
 methods.parse_client_request("tools/list", "2025-11-25", None)  # a legacy request, through its surface class
