@@ -24,6 +24,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 
 
+def in_signal_mask(pid: int, field: str, signum: int) -> bool:
+    """Whether `signum` is in a /proc/<pid>/status signal mask: SigIgn (ignored), SigCgt (caught), ..."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(line for line in status if line.startswith(f"{field}:")).split()[1]
+    return bool(int(mask, 16) & (1 << (signum - 1)))
+
+
 def inspector_unavailable() -> str | None:
     """Why the Inspector CLI cannot run here, or None. Its CLI needs Node's global CustomEvent (Node 19 and
     later; Debian bookworm ships 18, where it fails); it is checked here on Node 20."""

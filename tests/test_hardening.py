@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import select
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import in_signal_mask
 
 from skill_mcp.hardening import (
     ENVIRON_NOT_WIPED,
@@ -250,12 +250,21 @@ def test_scrubbed_non_dumpable_server_is_closed_to_its_scripts(sandbox: Path, pe
 def test_a_script_dies_with_its_server(sandbox: Path) -> None:
     process = driver(sandbox, "announce", "python3", "spinner.py")
     try:
-        ready, _, _ = select.select([process.stdout], [], [], 10)
-        assert ready, "the driver never announced its script"
-        script_pid = json.loads(process.stdout.readline())["pid"]
+        script_pid = announced_pid(process)
     finally:
         process.kill()
         process.wait()
+    assert_dies_soon(script_pid)
+
+
+def announced_pid(process: subprocess.Popen) -> int:
+    ready, _, _ = select.select([process.stdout], [], [], 10)
+    assert ready, "the driver never announced its script"
+    return json.loads(process.stdout.readline())["pid"]
+
+
+def assert_dies_soon(script_pid: int) -> None:
+    """The script is gone within 2 s of its server's death (its group is killed here either way)."""
     deadline = time.monotonic() + 2
     try:
         while not is_gone(script_pid):
@@ -295,34 +304,18 @@ def test_a_nameless_environ_entry_is_wiped_not_a_failed_scrub(tmp_path: Path) ->
     assert not [event for event in events if event["level"] == "warning"]
 
 
-def ignores_sigterm(pid: int) -> bool:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return bool(int(re.search(r"^SigIgn:\s*([0-9a-f]+)", status, re.M).group(1), 16) & (1 << (signal.SIGTERM - 1)))
-
-
 @linux_only
 def test_a_script_ignoring_sigterm_still_dies_with_its_server(sandbox: Path) -> None:
     # §9.8: the parent-death signal is SIGKILL, which a script cannot ignore (SIGTERM it could). The script writes
     # nothing, so a broken stdout pipe cannot be what kills it (as it is for spinner.py in the test above).
     process = driver(sandbox, "announce", "python3", "term_ignorer.py")
     try:
-        ready, _, _ = select.select([process.stdout], [], [], 10)
-        assert ready, "the driver never announced its script"
-        script_pid = json.loads(process.stdout.readline())["pid"]
+        script_pid = announced_pid(process)
         deadline = time.monotonic() + 10
-        while not ignores_sigterm(script_pid):
+        while not in_signal_mask(script_pid, "SigIgn", signal.SIGTERM):
             assert time.monotonic() < deadline, "the script never got to ignore SIGTERM"
             time.sleep(0.02)
     finally:
         process.kill()
         process.wait()
-    deadline = time.monotonic() + 2
-    try:
-        while not is_gone(script_pid):
-            assert time.monotonic() < deadline, "the script outlived its server"
-            time.sleep(0.02)
-    finally:
-        try:
-            os.killpg(script_pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    assert_dies_soon(script_pid)

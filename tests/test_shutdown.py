@@ -13,7 +13,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp.shared.message import SessionMessage
-from support import write_skill
+from support import in_signal_mask, write_skill
 from wire import EXIT_SECONDS, LineClient, clean_environ, legacy_handshake, tool_payload
 
 from skill_mcp.lifecycle import DRAIN_SECONDS, _Unanswered
@@ -203,7 +203,7 @@ def test_a_signal_during_boot_exits_zero_without_a_traceback(tmp_path) -> None:
         process = subprocess.Popen([sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE,
                                    stdout=subprocess.DEVNULL, stderr=stderr, env=clean_environ())
         deadline = time.monotonic() + 10
-        while not catches(process.pid, signal.SIGTERM):
+        while not in_signal_mask(process.pid, "SigCgt", signal.SIGTERM):
             assert time.monotonic() < deadline and process.poll() is None, "no SIGTERM handler was installed"
             time.sleep(0.001)
         process.send_signal(signal.SIGTERM)
@@ -211,12 +211,6 @@ def test_a_signal_during_boot_exits_zero_without_a_traceback(tmp_path) -> None:
         process.stdin.close()
     events = [json.loads(line)["event"] for line in stderr_path.read_text().splitlines()]
     assert "boot" not in events  # it came during boot, and ended it
-
-
-def catches(pid: int, signum: int) -> bool:
-    status = open(f"/proc/{pid}/status").read()
-    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
-    return bool(caught & (1 << (signum - 1)))
 
 
 def test_request_ids_follow_the_sdks_rules() -> None:
