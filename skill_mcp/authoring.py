@@ -19,7 +19,7 @@ from .deployment import Deployment, build_deployment
 from .frontmatter import json_key
 from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_MAX_NAME_CHARS, INTERPRETERS, is_agent_skills_name
 from .model import Problem, Skill
-from .text import quoted
+from .text import printable, quoted
 from .tools import skill_list
 
 _MAX_COMPATIBILITY_CHARS = 500
@@ -50,8 +50,8 @@ def _name_finding(frontmatter: Mapping[Any, Any]) -> str | None:
         return f'frontmatter "name" is {_kind(name)}, not a string'
     if not is_agent_skills_name(name):
         return (
-            f'frontmatter name "{name}" is not 1-{AGENT_SKILLS_MAX_NAME_CHARS} lowercase letters, digits and single hyphens '
-            '(no leading, trailing or doubled "-")'
+            f"frontmatter name {quoted(name)} is not 1-{AGENT_SKILLS_MAX_NAME_CHARS} lowercase letters, digits and "
+            'single hyphens (no leading, trailing or doubled "-")'
         )
     return None
 
@@ -158,6 +158,7 @@ def table_lines(listing: Mapping[str, Any]) -> list[str]:
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     lines = ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[3]]).rstrip() for row in rows]
+    lines = [printable(line) for line in lines]
     summary = _summary(len(listing["skills"]), len(listing["problems"]))
     if listing["problems"]:
         summary += "; `skill-mcp list --json` shows each with its detail"
@@ -175,7 +176,7 @@ def _summary(skills: int, problems: int) -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.splitlines())
+    return printable(" ".join(text.splitlines()))
 
 
 def _cut(line: str) -> str:
@@ -191,7 +192,7 @@ def check(roots: tuple[str, ...], as_json: bool) -> int:
     problems = [*deployment.problems, *findings]
     report = check_report(deployment.roots, [skill.name for skill in deployment.skills], problems)
     for note in check_notes(deployment):
-        print(f"skill-mcp: note: {note}", file=sys.stderr)
+        print(f"skill-mcp: note: {_one_line(note)}", file=sys.stderr)
     _print(json.dumps(report, ensure_ascii=False, indent=2) if as_json else "\n".join(check_lines(report)))
     return EXIT_PROBLEMS if problems else EXIT_OK
 

@@ -17,7 +17,7 @@ from skill_mcp.frontmatter import FrontmatterError, parse_skill_md
 from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
 from skill_mcp.paths import PathRefused, SkillDir, open_directory_in_place, path_refusal
-from skill_mcp.text import quoted
+from skill_mcp.text import encodable, quoted, quoted_path
 
 
 def discover(roots: Sequence[str], max_skills: int) -> Catalog:
@@ -25,9 +25,9 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
     problems: list[Problem] = []
     skills: list[Skill] = []
     seen_dirs: set[str] = set()
-    scanned_roots: set[str] = set()
+    scanned_dirs: set[str] = set()
     for root in roots:
-        scan = _collect(root, seen_dirs, scanned_roots)
+        scan = _collect(root, seen_dirs, scanned_dirs)
         problems += scan.problems
         problems += scan.missing_skill_md
         for real_dir in scan.candidates:
@@ -63,9 +63,10 @@ class _RootScan:
     candidates: list[str] = field(default_factory=list)
 
 
-def _collect(root: str, seen_dirs: set[str], scanned_roots: set[str]) -> _RootScan:
+def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootScan:
     """§3.2: resolve the root, then layout A, or layouts B and C. A root another root reported as a
-    directory without SKILL.md is still scanned: only a skill already read, or a root already scanned, is not."""
+    directory without SKILL.md is still scanned: only a skill already read, or a directory already scanned for
+    skills (as a root or as a root's `skills`), is not, so each of its entries is reported once."""
     scan = _RootScan()
     try:
         real_root = os.path.realpath(root, strict=True)
@@ -75,9 +76,9 @@ def _collect(root: str, seen_dirs: set[str], scanned_roots: set[str]) -> _RootSc
     if not os.path.isdir(real_root):
         scan.problems.append(Problem(root, "root-unreadable", "not a directory"))
         return scan
-    if real_root in scanned_roots:
-        return scan  # the same root configured twice
-    scanned_roots.add(real_root)
+    if real_root in scanned_dirs:
+        return scan  # the same root configured twice, or another root's `skills`
+    scanned_dirs.add(real_root)
     if os.path.isfile(os.path.join(real_root, SKILL_MD)):
         if real_root not in seen_dirs:  # else a skill another root already holds
             seen_dirs.add(real_root)
@@ -97,7 +98,8 @@ def _collect(root: str, seen_dirs: set[str], scanned_roots: set[str]) -> _RootSc
                     f"the skills directory resolves to {real_skills}, outside the configured root {real_root}; refused",
                 )
             )
-        elif real_skills != real_root:  # `skills -> .` names the root, which is already scanned
+        elif real_skills not in scanned_dirs:  # `skills -> .` names the root; another root may be this one
+            scanned_dirs.add(real_skills)
             _scan_entries(scan, skills_path, real_skills, real_root, seen_dirs, at_root=False)
     return scan
 
@@ -135,7 +137,7 @@ def _scan_entries(
             continue
         if not os.path.isdir(real):
             continue
-        has_skill_md = os.path.lexists(os.path.join(real, SKILL_MD))
+        has_skill_md = _may_hold_skill_md(real)
         if has_skill_md and is_link and entry.name != os.path.basename(real):
             realname = quoted(os.path.basename(real))
             detail = (
@@ -152,6 +154,18 @@ def _scan_entries(
             scan.missing_skill_md.append(
                 Problem(real, "no-skill-md", "this directory has no SKILL.md, so it is not a skill")
             )
+
+
+def _may_hold_skill_md(directory: str) -> bool:
+    """Only a SKILL.md known to be absent rules a directory out: one this uid cannot search becomes a candidate,
+    and §3.4 step 1 then says why its SKILL.md cannot be read (not that it has none)."""
+    try:
+        os.lstat(os.path.join(directory, SKILL_MD))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skill | None:
@@ -190,7 +204,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     listed = {entry.path for entry in manifest}
     for run in declaration.runs:
         if run.script not in listed:
-            detail = f"the skill declares {quoted(run.script)}, which is not a file in this skill"
+            detail = f"the skill declares {quoted_path(run.script)}, which is not a file in this skill"
             refuse("declared-script-missing", detail)
     return Skill(
         name=name,
@@ -275,7 +289,7 @@ def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> tuple[t
                     below = "; nothing under it is listed either" if is_dir else ""
                     refuse(
                         "unusable-path",
-                        f"{quoted(rel)} cannot be addressed by skill_file ({refusal}), so it is not listed{below}",
+                        f"{quoted_path(rel)} cannot be addressed by skill_file ({refusal}), so it is not listed{below}",
                     )
                     continue
                 if is_dir:
@@ -342,9 +356,7 @@ def _unresolvable_entry(is_link: bool, error: OSError) -> str:
 
 
 def _encodable(problem: Problem) -> Problem:
-    """A non-UTF-8 file name decodes to lone surrogates, which no JSON answer could carry."""
-    path, detail = (text.encode("utf-8", "backslashreplace").decode("utf-8") for text in (problem.path, problem.detail))
-    return Problem(path, problem.reason, detail)
+    return Problem(encodable(problem.path), problem.reason, encodable(problem.detail))
 
 
 def _os_text(error: BaseException) -> str:

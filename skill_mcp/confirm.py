@@ -32,7 +32,8 @@ UnsupportedCause = Literal["no-elicitation", "elicitation-off", "ttl-invalid", "
 
 
 def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")  # a lone surrogate is hashed as such, not a failed call
 
 
 def _b64url(data: bytes) -> str:
@@ -59,10 +60,11 @@ def confirm_key(
     random_bytes: Callable[[int], bytes] = os.urandom,
 ) -> ConfirmKey:
     """The token key (SPEC §11.6); arguments are already through the unset rule (None = unset)."""
+    # The variable's own bytes: one that is not UTF-8 (random bytes) reached Python as lone surrogates.
     if secret is not None:
-        return ConfirmKey(hashlib.sha256(secret.encode("utf-8")).digest(), True)
+        return ConfirmKey(hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest(), True)
     if host_secret is not None and _is_absolute(data_dir):
-        return ConfirmKey(hashlib.sha256(host_secret.encode("utf-8")).digest(), True)
+        return ConfirmKey(hashlib.sha256(host_secret.encode("utf-8", "surrogateescape")).digest(), True)
     return ConfirmKey(random_bytes(32), False)
 
 
@@ -244,7 +246,9 @@ class FileSpentStore:
         path = self._path(nonce)
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            os.chmod(self.directory, 0o700)
+            # makedirs gives `.mcp-confirm` the umask's mode: open, another uid could move `spent` away.
+            for directory in (os.path.dirname(self.directory), self.directory):
+                os.chmod(directory, 0o700)
             try:
                 descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:

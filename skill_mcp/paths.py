@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from skill_mcp.limits import MAX_PATH_CHARS
-from skill_mcp.text import quoted
+from skill_mcp.text import quoted_path
 
 PATH_HINT = (
     "Paths are relative to the skill's own directory: plain segments separated by \"/\", "
@@ -48,8 +48,8 @@ def path_refusal(rel: object) -> str | None:
 
 
 def describe_refusal(rel: str, reason: str) -> str:
-    """The refusal message: the path quoted (`quoted`), then the reason."""
-    return f"path {quoted(rel)} is not usable: {reason}"
+    """The refusal message: the path quoted whole (`quoted_path`), then the reason."""
+    return f"path {quoted_path(rel)} is not usable: {reason}"
 
 
 class PathRefused(Exception):
@@ -256,12 +256,12 @@ class SkillDir:
         if not (real.startswith(self._given_prefix) or real == self._given):  # the directory itself: not regular
             self.check_in_place()
             raise PathRefused(
-                f"{quoted(rel)} resolves outside the skill's own directory",
+                f"{quoted_path(rel)} resolves outside the skill's own directory",
                 "A file or symlink may only be read from inside its own skill.",
             )
         if not stat.S_ISREG(status.st_mode):
-            raise NotRegularFile(quoted(rel))
+            raise NotRegularFile(quoted_path(rel))
 
     def _not_a_file(self, rel: str) -> PathRefused:
         self.check_in_place()  # an unreadable or moved directory is reported as such
-        return PathRefused(f"{quoted(rel)} is not a file in this skill", "Call skill_load for the exact files.")
+        return PathRefused(f"{quoted_path(rel)} is not a file in this skill", "Call skill_load for the exact files.")

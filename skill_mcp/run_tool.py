@@ -36,7 +36,7 @@ from .runner import (
     script_environment,
 )
 from .server import failure_result, text_result
-from .text import quoted
+from .text import quoted_path
 from .tools import ToolFailure, find_skill, minified, runnable_interpreters, unavailable_reason, unreadable
 
 
@@ -146,7 +146,7 @@ class RunService:
         except FileTooLarge:
             raise Refused(
                 "path-refused",
-                f"{quoted(script)} is more than {MAX_SCRIPT_BYTES} bytes, the cap for a script; it is not run",
+                f"{quoted_path(script)} is more than {MAX_SCRIPT_BYTES} bytes, the cap for a script; it is not run",
                 "A script this large is not run here; its skill can ship a smaller entry point.",
             ) from None
         except OSError as error:
@@ -177,7 +177,7 @@ class RunService:
                 "so it may not run",
                 hint,
             )
-        raise Refused("not-declared", f'{quoted(script)} is not declared as a runnable script by the skill "{skill.name}"', hint)
+        raise Refused("not-declared", f'{quoted_path(script)} is not declared as a runnable script by the skill "{skill.name}"', hint)
 
     def _will_run(self, skill: Skill, entry: RunEntry, script_sha256: str, args: tuple[str, ...]) -> dict[str, Any]:
         deployment = self.deployment
@@ -234,7 +234,8 @@ class RunService:
             fresh = self._preview_stage(draft.skill.name, draft.entry.script, draft.args)
         except Refused as refused:  # the skill changed while the user was deciding
             return self._refused(draft.skill.name, draft.entry.script, refused)
-        if fresh.will_run != draft.will_run:
+        if fresh.will_run != draft.will_run:  # the user's "accepted" is logged; so is why it approves nothing
+            self._log_confirm(draft, "elicitation", confirm.DRAFT_CHANGED)
             return text_result(minified(confirm.draft_changed(fresh.will_run)), is_error=True)
         return await self._run_once(fresh, None)
 

@@ -11,7 +11,7 @@ from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
-from .text import quoted
+from .text import quoted, quoted_path
 from .tools import ToolFailure, find_skill, no_skills_found, unreadable
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
@@ -79,10 +79,11 @@ def resource_uri(skill_name: str, rel: str) -> str:
 
 
 def _resource(deployment: Deployment, skill: Skill, rel: str, size: int) -> dict[str, Any]:
-    # §8.2 names an extension skill's SKILL.md by its frontmatter name, which §12.2 requires to be the directory's.
+    # §8.2 and SEP-2640 name a SKILL.md resource after its skill: the frontmatter name for an extension skill,
+    # which §12.2 requires to equal the directory name that every other skill goes by.
     resource = {
         "uri": resource_uri(skill.name, rel),
-        "name": f"{skill.name}/{rel}",
+        "name": skill.name if rel == SKILL_MD else f"{skill.name}/{rel}",
         "title": f"{skill.name}: {rel}",
         "mimeType": media_type(rel),
         "size": size,
@@ -137,14 +138,14 @@ RESOURCE_TEMPLATE = {
 def split_skill_uri(uri: str) -> tuple[str, str]:
     """`skill://<name>/<path>` → (name, decoded relative path); the path is decoded once, strictly."""
     if not uri.startswith("skill://"):
-        raise BadRequest(f"{quoted(uri)} is not a skill:// URI; use skill://<skill>/<path> as listed by resources/list")
+        raise BadRequest(f"{quoted_path(uri)} is not a skill:// URI; use skill://<skill>/<path> as listed by resources/list")
     name, slash, encoded = uri[len("skill://") :].partition("/")
     if not name or not slash:
-        raise BadRequest(f"{quoted(uri)} names no file; use skill://<skill>/<path> as listed by resources/list")
+        raise BadRequest(f"{quoted_path(uri)} names no file; use skill://<skill>/<path> as listed by resources/list")
     try:
         rel = unquote_to_bytes(encoded).decode("utf-8")
     except UnicodeDecodeError:
-        raise BadRequest(f"{quoted(uri)} does not decode to a UTF-8 path") from None
+        raise BadRequest(f"{quoted_path(uri)} does not decode to a UTF-8 path") from None
     return name, rel
 
 

@@ -3,13 +3,35 @@
 from __future__ import annotations
 
 import json
+import re
+
+from .limits import MAX_PATH_CHARS
 
 _SHOWN_CHARS = 120
+# Room for any path skill_file accepts and any URI naming one, shown whole (§0: «<uri>», «"<rel>"» verbatim).
+_SHOWN_PATH_CHARS = 4 * MAX_PATH_CHARS
+# C0 and C1 controls (terminal escapes) and the bidirectional overrides that reorder what a terminal shows.
+_TERMINAL_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def quoted(text: str) -> str:
+def quoted(text: str, limit: int = _SHOWN_CHARS) -> str:
     """JSON-quoted, so a quote or a newline in it cannot pass for our own words (a forged "Hint:"), and cut to
-    120 characters, so a megabyte name is not echoed whole. A lone surrogate (a non-UTF-8 file name) is escaped,
-    so the message itself stays encodable."""
-    shown = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
-    return json.dumps(shown, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
+    `limit` characters, so a megabyte name is not echoed whole. A lone surrogate (a non-UTF-8 file name) is
+    escaped, so the message itself stays encodable."""
+    shown = text if len(text) <= limit else text[:limit] + "…"
+    return encodable(json.dumps(shown, ensure_ascii=False))
+
+
+def quoted_path(text: str) -> str:
+    """A path or URI quoted whole, when it is one the server could serve; only a longer one is cut."""
+    return quoted(text, _SHOWN_PATH_CHARS)
+
+
+def encodable(text: str) -> str:
+    """A non-UTF-8 file name decodes to lone surrogates, which no JSON answer could carry: shown escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def printable(line: str) -> str:
+    """A line for a terminal: a skill's text cannot move the cursor, clear the screen or reorder the line."""
+    return _TERMINAL_CONTROLS.sub(lambda match: f"\\u{ord(match.group()):04x}", line)

@@ -15,7 +15,7 @@ from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES, SKILL_MD
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir
-from .text import quoted
+from .text import quoted, quoted_path
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -188,7 +188,7 @@ def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
 
 
 def unreadable(rel: str, error: OSError) -> str:
-    return f"{quoted(rel)} could not be read: {error.strerror or error}"
+    return f"{quoted_path(rel)} could not be read: {error.strerror or error}"
 
 
 def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str, Any]:

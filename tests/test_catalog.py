@@ -294,6 +294,21 @@ def test_a_root_another_root_reported_without_skill_md_is_still_scanned(root, or
     assert reasons(catalog) == expected
 
 
+@pytest.mark.parametrize("order", ["outer-first", "inner-first"])
+def test_a_root_that_is_another_roots_skills_directory_is_scanned_once(tmp_path, root, order):
+    # §3.3: `root/skills` is both the outer root's layout C and a root of its own; its entries are reported once.
+    make_skill(root / "skills", "real")
+    (root / "skills" / "alias").symlink_to("real")
+    (root / "skills" / "out").symlink_to(tmp_path)
+    roots = [str(root), str(root / "skills")]
+    catalog = discover(roots if order == "outer-first" else roots[::-1], 32)
+    assert names(catalog) == ["real"]
+    assert reasons(catalog) == [
+        (str(root / "skills" / "alias"), "name-mismatch"),
+        (str(root / "skills" / "out"), "symlink-escape"),
+    ]
+
+
 def test_a_skill_another_root_already_read_is_not_read_again_as_a_root(root):
     make_skill(root, "alpha")
     catalog = discover([str(root), str(root / "alpha")], 32)
@@ -449,6 +464,19 @@ def test_unreadable_skill_md_is_reported():
     assert problem.path == str(skill_dir)
 
 
+def test_an_unsearchable_skill_directory_is_unreadable_not_missing_its_skill_md():
+    # Run as uid 10001 (the appliance's): a root-owned 0700 skill directory holds a SKILL.md it cannot stat.
+    root = world_readable_dir()
+    skill_dir = make_skill(root, "locked")
+    skill_dir.chmod(0o700)
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert reasons(catalog) == [(str(skill_dir), "unreadable-skill-md")]
+    assert "could not be stat'd: Permission denied" in catalog.problems[0].detail
+
+
 def test_missing_declared_script_is_reported_and_stays_declared(root):
     skill_dir = make_skill(root, "runner", RUNS_MISSING_SCRIPT, files={"scripts/present.py": "print(1)\n"})
     (skill_dir / "scripts" / "linked.py").symlink_to("present.py")
@@ -459,6 +487,17 @@ def test_missing_declared_script_is_reported_and_stays_declared(root):
     assert '"scripts/linked.py"' in catalog.problems[1].detail
     runs = served(catalog, "runner").declaration.runs
     assert [run.script for run in runs] == ["scripts/missing.py", "scripts/present.py", "scripts/linked.py"]
+
+
+def test_long_paths_are_quoted_whole_in_problems(root):
+    # §0: «"<script>"» and «"<rel>"» appear verbatim; two long paths sharing a prefix stay distinguishable.
+    script = "scripts/" + "d" * 300 + ".py"
+    directory = "e" * 200 + "%"
+    frontmatter = f"name: long\ndescription: d\nmcp-host:\n  version: 1\n  run:\n    - script: {script}\n      interpreter: python3\n"
+    make_skill(root, "long", frontmatter, files={f"{directory}/x.txt": "x"})
+    details = [problem.detail for problem in discover([str(root)], 32).problems]
+    assert any(f'"{script}"' in detail for detail in details), details
+    assert any(f'"{directory}"' in detail for detail in details), details
 
 
 def test_sparse_256_mib_skill_md_is_served_truncated_with_bounded_allocation(root):

@@ -220,6 +220,24 @@ def test_check_human_output_is_one_line_per_problem_then_the_summary(root: Path,
     ]
 
 
+def test_terminal_escapes_in_skill_text_reach_the_terminal_only_as_text(root: Path, elsewhere: Path) -> None:
+    # §1.4: skill text is untrusted. A frontmatter name, a description, a script and a directory name each try to
+    # clear the screen or rewrite the line above; check, list and check's notes show every one escaped.
+    frontmatter = (
+        'name: "x\\e[1A\\e[2Ky"\ndescription: "\\e[2J\\e[31mred \\u202eevil"\n'
+        'mcp-host:\n  version: 1\n  run:\n    - script: "s\\e[2J.sh"\n      interpreter: bash\n'
+    )
+    make_skill(root, "evil", frontmatter, files={"s\x1b[2J.sh": "echo\n"})
+    (root / "dir\x1b[2J").mkdir()
+    outputs = [run_cli(["check", str(root)], elsewhere), run_cli(["list", str(root)], elsewhere)]
+    for code, stdout, stderr in outputs:
+        for text in (stdout, stderr):
+            assert not any(char in text for char in "\x1b\u202e"), text
+    check_stdout, list_stdout = outputs[0][1], outputs[1][1]
+    assert "\\u001b[2J" in check_stdout and "\\u001b[2J\\u001b[31mred \\u202eevil" in list_stdout
+    assert "\\u001b[2J.sh" in outputs[0][2]  # the note on stderr: bash never runs here
+
+
 def test_an_undecodable_root_argument_is_printed_not_a_crash(elsewhere: Path) -> None:
     strict = {"PYTHONIOENCODING": "utf-8:strict"}  # as under a UTF-8 locale other than C.UTF-8
     code, stdout, stderr = run_cli(["check", os.fsdecode(b"bad\xff"), "--json"], elsewhere, strict)

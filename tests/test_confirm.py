@@ -101,6 +101,18 @@ def test_host_secret_needs_an_absolute_data_dir():
     assert confirm_key(None, "sekrit", None, random_bytes=lambda n: b"r" * n) == (b"r" * 32, False)
 
 
+def test_a_secret_that_is_not_utf8_keys_by_its_own_bytes():
+    # The environment hands Python such a value as lone surrogates; before, encoding it crashed the boot.
+    raw = b"ab\xffcd"
+    expected = (hashlib.sha256(raw).digest(), True)
+    assert confirm_key(os.fsdecode(raw), None, None, random_bytes=pytest.fail) == expected
+    assert confirm_key(None, os.fsdecode(raw), "/data", random_bytes=pytest.fail) == expected
+
+
+def test_a_lone_surrogate_in_the_payload_is_hashed_not_refused():
+    assert payload_hash({"cwd": "/r\udcffoot"}) != payload_hash({"cwd": "/r\udcfeoot"})
+
+
 def test_no_secret_gives_a_random_unstable_key():
     assert confirm_key(None, None, "/data", random_bytes=lambda n: b"r" * n) == (b"r" * 32, False)
 
@@ -267,6 +279,17 @@ def test_file_store_layout_and_modes(tmp_path):
     spent_dir = tmp_path / ".mcp-confirm" / "spent"
     assert stat.S_IMODE(spent_dir.stat().st_mode) == 0o700
     assert (spent_dir / NONCE_TEXT).read_text() == str(NOW + 600000)
+
+
+def test_file_store_directories_are_private_whatever_the_umask(tmp_path):
+    # Under umask 000, makedirs left `.mcp-confirm` open: another uid could move `spent` away and replay a token.
+    previous = os.umask(0)
+    try:
+        assert FileSpentStore(str(tmp_path)).spend(NONCE_TEXT, NOW + 600000, NOW)
+    finally:
+        os.umask(previous)
+    for directory in (tmp_path / ".mcp-confirm", tmp_path / ".mcp-confirm" / "spent"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
 
 
 def test_file_store_prunes_expired_records_on_spend(tmp_path):

@@ -433,7 +433,7 @@ async def test_resources_list_metadata(deployment, tree, era):
 
     assert listed["resources"] == [
         {
-            "name": "alpha/SKILL.md",
+            "name": "alpha",  # §8.2, SEP-2640: a SKILL.md resource is named after its skill
             "title": "alpha: SKILL.md",
             "uri": "skill://alpha/SKILL.md",
             "description": "Alpha  does\\n things.",
@@ -469,7 +469,7 @@ async def test_resources_list_metadata(deployment, tree, era):
             "size": 13,
         },
         {
-            "name": "beta/SKILL.md",
+            "name": "beta",
             "title": "beta: SKILL.md",
             "uri": "skill://beta/SKILL.md",
             "mimeType": "text/markdown",

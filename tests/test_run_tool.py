@@ -602,8 +602,11 @@ async def test_path1_script_changed_while_deciding_is_draft_changed_without_toke
 
     asker = Asker(before=rewrite)
     async with connect(service.deployment, "legacy", service.call, elicitation_callback=asker) as client:
-        result = await client.call_tool("skill_run", call())
+        with capture_logs() as logs:
+            result = await client.call_tool("skill_run", call())
     body = json.loads(error_text(result))
+    decisions = [entry["decision"] for entry in logs if entry["event"] == "run.confirm"]
+    assert decisions == ["accepted", "DRAFT_CHANGED"]  # §13: the rejection is logged, as on path 3
     assert body == {
         "status": "confirmation-rejected", "confirmed": False, "dispatched": False, "error": "DRAFT_CHANGED",
         "action": "skill.run",
@@ -881,6 +884,24 @@ async def test_auto_mode_still_takes_two_calls(fence: Fence, era: str) -> None:
     assert (first["status"], first["instruction"]) == ("confirmation-required", AUTO_INSTRUCTION)
     assert stdout_of(ran)["argv"] == []
     assert fence.runs() == [["mark"]]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_skill_under_a_non_utf8_root_previews_and_runs(tmp_path: Path, era: str) -> None:
+    # The preview carries the real directory as roots and sources do (lone surrogates, JSON escapes on the wire),
+    # and hashing it for the token must not fail: before, every skill_run here ended in "an internal error".
+    root = Path(os.fsdecode(os.fsencode(tmp_path) + b"/r\xffoot"))
+    frontmatter = "name: odd\ndescription: d\nmcp-host:\n  version: 1\n  run:\n    - script: go.py\n      interpreter: python3\n"
+    write_skill(root, "odd", frontmatter, files={"go.py": "print('ran')\n"})
+    deployment = deployment_for({"SKILLS_DIR": str(root), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON})
+    run = {"name": "odd", "script": "go.py"}
+    async with connect(deployment, era) as client:
+        roots = payload(await client.call_tool("skill_list", {}))["roots"]
+        first = payload(await client.call_tool("skill_run", run))
+        ran = payload(await client.call_tool("skill_run", {**run, "confirmToken": first["confirmToken"]}))
+    assert roots == [str(root)]
+    assert first["preview"]["willRun"]["cwd"] == str(root / "odd")
+    assert (ran["exitCode"], ran["stdout"]) == (0, "ran\n")
 
 
 @pytest.mark.parametrize("era", ERAS)

@@ -346,6 +346,7 @@ async def test_anything_but_a_directory_resource_is_invalid_params(tmp_path: Any
         "",
         "alpha",  # no skill:// scheme at all
         "alpha/scripts",
+        "skill://alpha/" + "deep/" * 200 + "nothing",  # quoted whole, however long
     ]
     async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
         for uri in uris:
@@ -364,6 +365,7 @@ async def test_skills_get_refuses_anything_but_an_extension_skill_md_uri(tmp_pat
         "skill://alpha/SKILL.md/",
         "skill://ghost/SKILL.md",
         "skill://mismatch/SKILL.md",
+        "skill://alpha/" + "deep/" * 200 + "SKILL.md",  # §12.4: «<uri>» verbatim, however long a path it names
     ]
     async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
         for uri in uris:

@@ -175,6 +175,16 @@ def test_a_non_utf8_root_is_answered_as_json_escapes(tmp_path):
         assert client.wait() == 0
 
 
+def test_a_confirm_secret_of_random_bytes_boots(tree):
+    # §2.1: a malformed value never crashes the server; `head -c 32 /dev/urandom` is rarely UTF-8.
+    secret = os.fsdecode(b"\x9c\xffsecret\xfe")
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_CONFIRM_SECRET=secret)) as client:
+        legacy_handshake(client)
+        assert tool_payload(client.request("tools/call", {"name": "skill_list", "arguments": {}}))["skills"]
+        client.close_stdin()
+        assert client.wait() == 0
+
+
 def test_modern_era_on_the_wire_with_the_request_envelope(tree):
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         discovered = client.request("server/discover", {"_meta": ENVELOPE})["result"]
