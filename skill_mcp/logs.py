@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from .text import printable
 from .version import VERSION
 
 if TYPE_CHECKING:
@@ -20,11 +21,12 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
     """`level` is one of config.LOG_LEVELS, `fmt` json or console (config validated both)."""
     stream = stream or sys.stderr
     renderer: Any
+    stamp: list[Any] = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True)]
     if fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        stamp.append(_printable_strings)
     else:
         renderer = structlog.processors.JSONRenderer(ensure_ascii=False)
-    stamp = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True)]
     structlog.configure(
         processors=[*stamp, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
@@ -43,6 +45,11 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
         )
     )
     logging.basicConfig(handlers=[sdk_handler], level=logging.WARNING, force=True)
+
+
+def _printable_strings(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:
+    # The console format writes strings as they are: a directory named with a terminal escape would be obeyed.
+    return {key: printable(value) if isinstance(value, str) else value for key, value in event.items()}
 
 
 def _exception_type_only(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:

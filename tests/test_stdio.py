@@ -317,6 +317,15 @@ def test_console_log_format_is_human_readable(tree):
     assert_stdout_is_only_json_rpc(client)
 
 
+def test_console_log_format_shows_terminal_escapes_in_names_as_text(tree):
+    (tree / "clear\x1b[2J").mkdir()  # logged at boot as a directory without SKILL.md
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_LOG_FORMAT="console")) as client:
+        client.close_stdin()
+        assert client.wait() == 0
+    text = client.stderr_text()
+    assert "\x1b" not in text and "clear\\u001b[2J" in text
+
+
 def test_log_level_error_silences_info_and_warning(tree):
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_LOG_LEVEL="ERROR")) as client:
         legacy_handshake(client)
