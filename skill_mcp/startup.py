@@ -10,8 +10,9 @@ Five levers, confined to the one SDK import that `serve` makes; none touches the
 - frozen-gc: no garbage collection while the SDK imports, then `gc.freeze()`: the ~90,000 objects alive by
   then live as long as the process, and would otherwise be walked by ~150 collections during the import and
   by every full collection after it.
-- deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette),
-  which a stdio server never calls, and both protocol revisions' model sets, of which a session uses one.
+- deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette)
+  and a Windows-only stdio helper, which a stdio server on Linux never calls, and both protocol revisions'
+  model sets, of which a session uses one.
   Each module in DEFERRED_MODULES and DEFERRED_REVISIONS is served, while the SDK imports, by a stand-in
   whose listed (for a revision: public) names are forwarders that import the real module when first used;
   any other name imports the real module at once. The stand-ins leave `sys.modules` when the import is done.
@@ -65,6 +66,7 @@ DEFERRED_MODULES = {
     "mcp.server.auth.provider": ("OAuthAuthorizationServerProvider", "TokenVerifier"),
     "mcp.server.auth.routes": ("build_resource_metadata_url", "create_auth_routes", "create_protected_resource_routes"),
     "mcp.server.auth.settings": ("AuthSettings",),
+    "mcp.os.win32.utilities": ("rebind_std_handle_to_fd",),  # called by the stdio transport on Windows only
     # pydantic's plugin search (which `serve` turns off) and its email-validator version check
     "importlib.metadata": ("entry_points", "version"),
 }
