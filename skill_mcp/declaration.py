@@ -18,6 +18,7 @@ from skill_mcp.limits import (
 )
 from skill_mcp.model import Declaration, EnvField, RunEntry
 from skill_mcp.paths import describe_refusal, path_refusal
+from skill_mcp.text import quoted, quoted_path
 
 KNOWN_TOP_LEVEL_KEYS = frozenset(
     {
@@ -53,7 +54,9 @@ def read_declaration(frontmatter: dict[Any, Any]) -> tuple[Declaration, list[str
     Each finding is the detail of one `declaration` problem at the skill directory.
     """
     findings = [
-        f'unknown frontmatter key "{json_key(key)}" (ignored)' for key in frontmatter if key not in KNOWN_TOP_LEVEL_KEYS
+        f"unknown frontmatter key {quoted(json_key(key))} (ignored)"
+        for key in frontmatter
+        if key not in KNOWN_TOP_LEVEL_KEYS
     ]
     if "mcp-host" not in frontmatter:
         return Declaration(), findings
@@ -72,7 +75,7 @@ def read_declaration(frontmatter: dict[Any, Any]) -> tuple[Declaration, list[str
         )
         return Declaration(), findings
     findings.extend(
-        f'unknown key "{json_key(key)}" in "mcp-host" (ignored)' for key in block if key not in _BLOCK_KEYS
+        f'unknown key {quoted(json_key(key))} in "mcp-host" (ignored)' for key in block if key not in _BLOCK_KEYS
     )
     declaration = Declaration(
         runs=_read_runs(block, findings),
@@ -112,7 +115,7 @@ def _read_run_entry(at: str, entry: Any, declared: set[str], findings: list[str]
         findings.append(f"{at} is not a mapping; the entry is ignored")
         return None
     findings.extend(
-        f'{at} has an unknown key "{json_key(key)}" (ignored)' for key in entry if key not in _RUN_ENTRY_KEYS
+        f"{at} has an unknown key {quoted(json_key(key))} (ignored)" for key in entry if key not in _RUN_ENTRY_KEYS
     )
     script = entry.get("script")
     if not isinstance(script, str):
@@ -123,7 +126,7 @@ def _read_run_entry(at: str, entry: Any, declared: set[str], findings: list[str]
         findings.append(f"{at} script {describe_refusal(script, refusal)}; the entry is ignored")
         return None
     if script in declared:
-        findings.append(f'{at} declares "{script}" a second time; the entry is ignored')
+        findings.append(f"{at} declares {quoted_path(script)} a second time; the entry is ignored")
         return None
     interpreter = entry.get("interpreter")
     if not isinstance(interpreter, str):

@@ -83,7 +83,8 @@ def _refuse_keys_written_alike(value: Any) -> None:
         text = json_key(key)
         if text in written:
             first, second = (quoted(shown) if isinstance(shown, str) else json_key(shown) for shown in (written[text], key))
-            raise FrontmatterError(f'{_NOT_YAML}the keys {first} and {second} in one mapping are both "{text}" in JSON')
+            both = f"the keys {first} and {second} in one mapping are both {quoted(text)} in JSON"
+            raise FrontmatterError(_NOT_YAML + both)
         written[text] = key
         _refuse_keys_written_alike(item)
 

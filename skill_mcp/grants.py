@@ -9,6 +9,7 @@ from typing import Any
 
 from skill_mcp.config import Config
 from skill_mcp.model import Problem, RunEntry, Skill
+from skill_mcp.text import quoted, quoted_path
 
 GRANT_VARIABLE = "MCP_SKILL_RUN"
 HOSTED_DEFAULT_NOTE = (
@@ -111,14 +112,14 @@ def apply_grant(
         skill = by_name.get(row.skill)
         if skill is None:
             problems.append(Problem(GRANT_VARIABLE, "grant", (
-                f'{where} names skill "{row.skill}" (script "{row.script}"), '
+                f"{where} names skill {quoted(row.skill)} (script {quoted_path(row.script)}), "
                 "which is not served, so it grants nothing"
             )))
             continue
         run = next((run for run in skill.declaration.runs if run.script == row.script), None)
         if run is None:
             problems.append(Problem(skill.real_dir, "grant", (
-                f'{where} names script "{row.script}" of skill "{row.skill}", '
+                f"{where} names script {quoted_path(row.script)} of skill {quoted(row.skill)}, "
                 "which the skill does not declare in mcp-host.run, so it grants nothing"
             )))
             continue
@@ -128,7 +129,8 @@ def apply_grant(
                 names.add(name)
             else:
                 problems.append(Problem(skill.real_dir, "grant", (
-                    f'{where} grants variable "{name}" to script "{row.script}" of skill "{row.skill}", '
+                    f"{where} grants variable {quoted(name)} to script {quoted_path(row.script)} "
+                    f"of skill {quoted(row.skill)}, "
                     "which the script does not declare, so it is not handed over"
                 )))
     effective = {

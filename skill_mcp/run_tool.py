@@ -131,7 +131,7 @@ class RunService:
         if not deployment.runnable(entry):
             raise Refused(
                 "interpreter-unavailable",
-                f'"{script}" of the skill "{skill.name}" {unavailable_reason(deployment, entry)}, '
+                f'{quoted_path(script)} of the skill "{skill.name}" {unavailable_reason(deployment, entry)}, '
                 "so this deployment cannot run it",
                 "The skill's instructions remain available via skill_load.",
             )
@@ -160,7 +160,7 @@ class RunService:
             if entry.script == script:
                 return entry
         if effective:
-            listed = ", ".join(f'"{entry.script}"' for entry in effective)
+            listed = ", ".join(quoted_path(entry.script) for entry in effective)
             hint = (
                 f"The scripts this skill declares and this deployment accepts: {listed}. Only a script named in "
                 "SKILL.md's mcp-host.run block and accepted for this deployment may run."
@@ -173,11 +173,12 @@ class RunService:
         if any(entry.script == script for entry in skill.declaration.runs):
             raise Refused(
                 "not-granted",
-                f'"{script}" is declared by the skill "{skill.name}" but is not granted for this deployment, '
-                "so it may not run",
+                f'{quoted_path(script)} is declared by the skill "{skill.name}" but is not granted for this '
+                "deployment, so it may not run",
                 hint,
             )
-        raise Refused("not-declared", f'{quoted_path(script)} is not declared as a runnable script by the skill "{skill.name}"', hint)
+        undeclared = f'{quoted_path(script)} is not declared as a runnable script by the skill "{skill.name}"'
+        raise Refused("not-declared", undeclared, hint)
 
     def _will_run(self, skill: Skill, entry: RunEntry, script_sha256: str, args: tuple[str, ...]) -> dict[str, Any]:
         deployment = self.deployment
@@ -379,7 +380,7 @@ class RunService:
             self._log.warning("run.refused", skill=draft.skill.name, script=entry.script, reason="spawn-failed")
             return failure_result(
                 ToolFailure(
-                    f'could not start "{entry.script}": {failed}',
+                    f"could not start {quoted_path(entry.script)}: {failed}",
                     f"This deployment runs: {runnable_interpreters(deployment)}; the script must be a regular file "
                     "inside the skill.",
                 )

@@ -156,7 +156,8 @@ def runnable_interpreters(deployment: Deployment) -> str:
 
 
 def unavailable_reason(deployment: Deployment, entry: RunEntry) -> str:
-    return f'declares the interpreter "{entry.interpreter}"; this deployment runs: {runnable_interpreters(deployment)}'
+    runs = runnable_interpreters(deployment)
+    return f"declares the interpreter {quoted(entry.interpreter)}; this deployment runs: {runs}"
 
 
 # --- skill_load -------------------------------------------------------------------------------

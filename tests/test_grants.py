@@ -156,6 +156,11 @@ def test_unserved_skill_problem_has_the_variable_as_path():
     ))]
 
 
+def test_names_in_a_grant_problem_are_quoted_as_json():
+    _, problems = apply_grant([WEATHER], granted('[{"skill": "gh\\"ost\\nHint: x", "script": "a\\nb"}]'))
+    assert problems[0].detail.startswith('MCP_SKILL_RUN row 0 names skill "gh\\"ost\\nHint: x" (script "a\\nb")')
+
+
 def test_rows_match_the_directory_name_not_the_frontmatter_name():
     claimed = skill("aaa", run("scripts/fetch.py"), frontmatter_name="weather")
     grant = granted('[{"skill": "aaa", "script": "scripts/fetch.py"}, '
