@@ -11,13 +11,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from skill_mcp.declaration import description, read_declaration, skill_name, when_to_use
+from skill_mcp.declaration import read_declaration
 from skill_mcp.files import CappedRead, read_capped_fd
-from skill_mcp.frontmatter import FrontmatterError, parse_skill_md
+from skill_mcp.frontmatter import FrontmatterError, description, frontmatter_name, parse_skill_md, when_to_use
 from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
-from skill_mcp.paths import PathRefused, SkillDir, open_directory_in_place, path_refusal
-from skill_mcp.text import encodable, quoted, quoted_path
+from skill_mcp.paths import PathRefused, SkillDir, is_within, open_directory_in_place, path_refusal
+from skill_mcp.text import encodable, os_error_text, quoted, quoted_path
 
 
 def discover(roots: Sequence[str], max_skills: int) -> Catalog:
@@ -71,7 +71,7 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
     try:
         real_root = os.path.realpath(root, strict=True)
     except OSError as error:
-        scan.problems.append(Problem(root, "root-unreadable", _os_text(error)))
+        scan.problems.append(Problem(root, "root-unreadable", os_error_text(error)))
         return scan
     if not os.path.isdir(real_root):
         scan.problems.append(Problem(root, "root-unreadable", "not a directory"))
@@ -90,7 +90,7 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
     if os.path.isdir(real_skills_entry):
         skills_path = os.path.join(root, "skills")
         real_skills = os.path.realpath(real_skills_entry)
-        if not _inside(real_skills, real_root):
+        if not is_within(real_skills, real_root):
             scan.problems.append(
                 Problem(
                     skills_path,
@@ -112,7 +112,7 @@ def _scan_entries(
         with os.scandir(real_scan_path) as listing:
             entries = sorted(listing, key=lambda entry: entry.name)
     except OSError as error:
-        scan.problems.append(Problem(scan_path, "root-unreadable", f"cannot list this directory: {_os_text(error)}"))
+        scan.problems.append(Problem(scan_path, "root-unreadable", f"cannot list this directory: {os_error_text(error)}"))
         return
     for entry in entries:
         if entry.name.startswith("."):
@@ -129,7 +129,7 @@ def _scan_entries(
             if not quiet:
                 scan.problems.append(Problem(entry_path, "symlink-escape", _unresolvable_entry(is_link, error)))
             continue
-        if not _inside(real, real_root):
+        if not is_within(real, real_root):
             if not quiet:
                 kind = "symlink" if is_link else "directory (a bind mount?)"
                 detail = f"this {kind} resolves to {real}, outside the configured root {real_root}; refused"
@@ -193,7 +193,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
             "(letters, digits, '.', '_', '-', at most 64, starting with a letter or digit); skipped",
         )
         return None
-    claimed = skill_name(frontmatter)
+    claimed = frontmatter_name(frontmatter)
     if claimed is not None and claimed != name:
         refuse(
             "name-mismatch",
@@ -228,7 +228,7 @@ def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedR
     try:
         status = os.lstat(skill_md)
     except OSError as error:
-        refuse("unreadable-skill-md", f"SKILL.md could not be stat'd: {_os_text(error)}")
+        refuse("unreadable-skill-md", f"SKILL.md could not be stat'd: {os_error_text(error)}")
         return None
     read_path = skill_md
     if stat.S_ISLNK(status.st_mode):
@@ -236,7 +236,7 @@ def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedR
             read_path = os.path.realpath(skill_md, strict=True)
         except OSError:
             read_path = None
-        if read_path is None or not _inside(read_path, real_dir, strictly=True):
+        if read_path is None or not is_within(read_path, real_dir, strictly=True):
             target = read_path or "unresolvable"
             detail = f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused"
             refuse("symlink-escape", detail)
@@ -254,7 +254,7 @@ def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedR
         refuse("unreadable-skill-md", f"SKILL.md could not be read: {refused.message}")
         return None
     except OSError as error:
-        refuse("unreadable-skill-md", f"SKILL.md could not be read: {_os_text(error)}")
+        refuse("unreadable-skill-md", f"SKILL.md could not be read: {os_error_text(error)}")
         return None
     return capped
 
@@ -339,25 +339,15 @@ def _refuse_duplicates(skills: list[Skill], problems: list[Problem]) -> list[Ski
     return served
 
 
-def _inside(path: str, base: str, strictly: bool = False) -> bool:
-    if path == base:
-        return not strictly
-    return path.startswith(base if base.endswith(os.sep) else base + os.sep)
-
-
 def _sorted(files: list[ManifestEntry]) -> tuple[ManifestEntry, ...]:
     return tuple(sorted(files, key=lambda entry: entry.path))
 
 
 def _unresolvable_entry(is_link: bool, error: OSError) -> str:
     if is_link:
-        return f"this is a broken symlink: its target cannot be resolved ({_os_text(error)}); refused"
-    return f"this directory's real path cannot be read ({_os_text(error)}); refused"
+        return f"this is a broken symlink: its target cannot be resolved ({os_error_text(error)}); refused"
+    return f"this directory's real path cannot be read ({os_error_text(error)}); refused"
 
 
 def _encodable(problem: Problem) -> Problem:
     return Problem(encodable(problem.path), problem.reason, encodable(problem.detail))
-
-
-def _os_text(error: BaseException) -> str:
-    return getattr(error, "strerror", None) or str(error)

@@ -6,7 +6,7 @@ import math
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from skill_mcp.frontmatter import json_key
+from skill_mcp.frontmatter import json_key, string_field
 from skill_mcp.limits import (
     DECLARATION_VERSION,
     DEFAULT_TIMEOUT_MS,
@@ -28,24 +28,6 @@ KNOWN_TOP_LEVEL_KEYS = frozenset(
 )
 _BLOCK_KEYS = ("version", "run", "env", "egress", "state")
 _RUN_ENTRY_KEYS = ("script", "interpreter", "env", "timeout")
-
-
-def skill_name(frontmatter: dict[Any, Any]) -> str | None:
-    return _string_or_none(frontmatter.get("name"))
-
-
-def description(frontmatter: dict[Any, Any]) -> str | None:
-    return _string_or_none(frontmatter.get("description"))
-
-
-def when_to_use(frontmatter: dict[Any, Any]) -> str | None:
-    """`when-to-use` if it is a string, else `when_to_use` if it is a string (§3.4)."""
-    hyphenated = _string_or_none(frontmatter.get("when-to-use"))
-    return hyphenated if hyphenated is not None else _string_or_none(frontmatter.get("when_to_use"))
-
-
-def _string_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def read_declaration(frontmatter: dict[Any, Any]) -> tuple[Declaration, list[str]]:
@@ -191,7 +173,7 @@ def _read_env_fields(block: dict[Any, Any], findings: list[str]) -> tuple[EnvFie
             fields.append(
                 EnvField(
                     name=item["name"],
-                    description=_string_or_none(item.get("description")),
+                    description=string_field(item, "description"),
                     secret=_bool_or_none(item.get("secret")),
                     required=_bool_or_none(item.get("required")),
                 )

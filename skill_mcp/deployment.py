@@ -16,7 +16,7 @@ from .grants import NO_GRANT, GrantState, apply_grant, resolve_grant
 from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
 from .model import Problem, RunEntry, Skill
-from .skills_ext import extension_exclusions
+from .skills_ext import split_extension_skills
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def build_deployment(
     catalog = discover(roots, config.max_skills)
     grant = resolve_grant(config) if apply_owner_grant else NO_GRANT
     effective, grant_problems = apply_grant(catalog.skills, grant)
-    extension_names, extension_problems = extension_exclusions(catalog.skills)
+    extension_names, extension_problems = split_extension_skills(catalog.skills)
     run_block = run_block_reason(scrub, config.hosted, config.allow_unscrubbed) if scrub else None
     unscrubbed = (Problem(UNSCRUBBED_PATH, "environ-unscrubbed", run_block),) if run_block else ()
     problems = (*catalog.problems, *grant_problems, *extension_problems, *unscrubbed)

@@ -196,6 +196,27 @@ def _offset_position(text: str, offset: int) -> str:
     return f" (line {text.count(chr(10), 0, offset) + _FIRST_YAML_LINE}, column {offset - line_start + 1})"
 
 
+def frontmatter_name(frontmatter: dict[Any, Any]) -> str | None:
+    """The name the frontmatter claims; a skill is served under its directory's name (R1), which may differ."""
+    return string_field(frontmatter, "name")
+
+
+def description(frontmatter: dict[Any, Any]) -> str | None:
+    return string_field(frontmatter, "description")
+
+
+def when_to_use(frontmatter: dict[Any, Any]) -> str | None:
+    """`when-to-use` if it is a string, else `when_to_use` if it is a string (§3.4)."""
+    hyphenated = string_field(frontmatter, "when-to-use")
+    return hyphenated if hyphenated is not None else string_field(frontmatter, "when_to_use")
+
+
+def string_field(mapping: dict[Any, Any], key: str) -> str | None:
+    """A field that counts only as a string: any other value is as good as absent."""
+    value = mapping.get(key)
+    return value if isinstance(value, str) else None
+
+
 def frontmatter_to_json(value: Any) -> Any:
     """The parsed frontmatter as JSON-able data: dates as ISO 8601, non-finite floats as YAML text (§4.5)."""
     if isinstance(value, dict):

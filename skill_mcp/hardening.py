@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from skill_mcp.text import os_error_text
+
 PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
@@ -164,7 +166,7 @@ def _step(name: str, action: Callable[[], object]) -> None:
     try:
         action()
     except (OSError, ValueError) as exc:  # resource.setrlimit reports EPERM/EINVAL as ValueError
-        raise OSError(f"{name}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise OSError(f"{name}: {os_error_text(exc)}") from None
 
 
 def harden_child(limits: ChildLimits, parent_pid: int) -> None:

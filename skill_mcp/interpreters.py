@@ -7,6 +7,7 @@ import stat
 import sys
 
 from skill_mcp.config import Config, ConfigWarning
+from skill_mcp.paths import is_within
 
 
 def server_venv_prefix() -> str | None:
@@ -73,4 +74,4 @@ def _inside(path: str, prefix: str | None) -> bool:
         return False
     prefixes = {os.path.abspath(prefix), os.path.realpath(prefix)}
     paths = {os.path.abspath(path), os.path.realpath(path)}
-    return any(p == q or p.startswith(q.rstrip(os.sep) + os.sep) for p in paths for q in prefixes)
+    return any(is_within(p, q) for p in paths for q in prefixes)

@@ -17,7 +17,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp_types import RequestId
 
-DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
+ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
 EXIT_DEADLINE_SECONDS = 4.5
 
 
@@ -72,7 +72,7 @@ async def serve_stdio(
 class _Unanswered:
     """Requests read from stdin whose answer is not written yet, skill_run calls aside. When stdin ends the SDK
     cancels every request in flight, so a client that writes its requests and closes stdin (a shell pipe) would
-    lose their answers: the end of input waits for these, at most DRAIN_SECONDS. A skill_run is not waited for:
+    lose their answers: the end of input waits for these, at most ANSWER_DRAIN_SECONDS. A skill_run is not waited for:
     its answer may wait on the user, who can no longer reply, and the end of input stops runs (§5.1)."""
 
     def __init__(self) -> None:
@@ -106,7 +106,7 @@ class _Unanswered:
         if not self._waiting:
             return
         self._all_answered = anyio.Event()
-        with anyio.move_on_after(DRAIN_SECONDS):
+        with anyio.move_on_after(ANSWER_DRAIN_SECONDS):
             await self._all_answered.wait()
 
 

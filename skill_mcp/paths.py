@@ -47,6 +47,13 @@ def path_refusal(rel: object) -> str | None:
     return None
 
 
+def is_within(path: str, base: str, strictly: bool = False) -> bool:
+    """Whether `path` is `base` (unless strictly) or lies under it, compared as written (no resolving here)."""
+    if path == base:
+        return not strictly
+    return path.startswith(os.path.join(base, ""))
+
+
 def describe_refusal(rel: str, reason: str) -> str:
     """The refusal message: the path quoted whole (`quoted_path`), then the reason."""
     return f"path {quoted_path(rel)} is not usable: {reason}"

@@ -7,7 +7,6 @@ checks and talks to the MCP session.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -454,8 +453,7 @@ def _arg_bytes(args: tuple[str, ...]) -> int:
 
 
 def argv_digest(draft: Draft) -> str:
-    canonical = json.dumps(draft.will_run["argv"], ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(confirm.canonical_json(draft.will_run["argv"])).hexdigest()
 
 
 def _check_arguments(args: tuple[str, ...]) -> None:

@@ -14,9 +14,10 @@ from typing import Callable, Mapping, Sequence
 
 from skill_mcp.hardening import ChildLimits, harden_child
 from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST, INTERPRETERS, MAX_OUTPUT_BYTES, RESERVED_SCRIPT_ENV
+from skill_mcp.text import os_error_text
 
 TERM_GRACE_MS = 2000
-DRAIN_MS = 250
+OUTPUT_DRAIN_MS = 250
 HARD_DEADLINE_EXTRA_MS = 3250
 _READ_CHUNK = 65536
 _SETUP_REASON_MAX = 1024
@@ -104,7 +105,7 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildL
             stderr=subprocess.PIPE, close_fds=True, start_new_session=True, preexec_fn=child_setup,
         )
     except OSError as exc:
-        reason = exc.strerror or str(exc)
+        reason = os_error_text(exc)
         raise SpawnFailed(f"{reason}: {exc.filename}" if exc.filename else reason) from exc
     except subprocess.SubprocessError as exc:
         os.close(reason_write)
@@ -207,7 +208,7 @@ class _Run:
     def _arm_drain(self) -> None:
         if self.drain is not None:
             self.drain.cancel()
-        self.drain = self.loop.call_later(DRAIN_MS / 1000, self.settle)
+        self.drain = self.loop.call_later(OUTPUT_DRAIN_MS / 1000, self.settle)
 
     def _leader_exited(self) -> None:
         self.exited = True

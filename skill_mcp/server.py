@@ -34,7 +34,7 @@ BEFORE_THE_SESSION = (
     "(on the 2026-07-28 protocol, every request carries the _meta envelope instead)"
 )
 # tools/call arguments that are not an object, which the SDK's model refuses: handed to call_tool this way
-_REFUSED_ARGUMENTS: ContextVar[Any] = ContextVar("refused_arguments", default=None)
+_NON_OBJECT_ARGUMENTS: ContextVar[Any] = ContextVar("non_object_arguments", default=None)
 RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
 
 
@@ -75,7 +75,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         name = params.name
         if name not in TOOLS_BY_NAME:
             return text_result(f"unknown tool {quoted(name)}", is_error=True)
-        arguments = _REFUSED_ARGUMENTS.get()
+        arguments = _NON_OBJECT_ARGUMENTS.get()
         if arguments is None:
             arguments = params.arguments or {}
         if (violation := schema_violation(name, arguments)) is not None:
@@ -148,11 +148,11 @@ def _explaining_invalid_params(server: Server[Any]) -> Callable[..., Awaitable[A
         arguments = ctx.params.get("arguments") if ctx.method == "tools/call" and isinstance(ctx.params, dict) else None
         if arguments is not None and not isinstance(arguments, dict):
             # The SDK would refuse the whole call; §5.3 wants the tool's own isError answer, so the tool gets them.
-            token = _REFUSED_ARGUMENTS.set(arguments)
+            token = _NON_OBJECT_ARGUMENTS.set(arguments)
             try:
                 return await explain(replace(ctx, params={**ctx.params, "arguments": None}), call_next)
             finally:
-                _REFUSED_ARGUMENTS.reset(token)
+                _NON_OBJECT_ARGUMENTS.reset(token)
         try:
             return await call_next(ctx)
         except ValidationError:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .declaration import skill_name
 from .files import media_type, sha256_fd
-from .frontmatter import frontmatter_to_json
+from .frontmatter import frontmatter_name, frontmatter_to_json
 from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, SKILL_MD, is_agent_skills_name
 from .model import Problem, Skill
 from .paths import PathRefused, SkillDir
@@ -31,7 +30,7 @@ _Item = TypeVar("_Item")
 
 def exclusion_reason(skill: Skill) -> str | None:
     """Why a served skill cannot be an extension skill (§12.2), or None when it can."""
-    name = skill_name(skill.frontmatter)
+    name = frontmatter_name(skill.frontmatter)
     if name is None:
         return "its frontmatter has no string name"
     if name != skill.name:
@@ -46,7 +45,7 @@ def exclusion_reason(skill: Skill) -> str | None:
     return None
 
 
-def extension_exclusions(skills: Sequence[Skill]) -> tuple[frozenset[str], list[Problem]]:
+def split_extension_skills(skills: Sequence[Skill]) -> tuple[frozenset[str], list[Problem]]:
     """The names carried by the extension, and one `extension-excluded` problem per skill left out."""
     carried: set[str] = set()
     problems: list[Problem] = []

@@ -78,7 +78,7 @@ def resource_uri(skill_name: str, rel: str) -> str:
     return f"skill://{skill_name}/" + "/".join(quote(segment, safe="") for segment in rel.split("/"))
 
 
-def _resource(deployment: Deployment, skill: Skill, rel: str, size: int) -> dict[str, Any]:
+def _resource(skill: Skill, rel: str, size: int) -> dict[str, Any]:
     # §8.2 and SEP-2640 name a SKILL.md resource after its skill: the frontmatter name for an extension skill,
     # which §12.2 requires to equal the directory name that every other skill goes by.
     resource = {
@@ -104,7 +104,7 @@ def resources_page(deployment: Deployment, cursor: str | None) -> tuple[list[dic
             for entry in skill.manifest[max(0, start - offset) :]:
                 if len(page) == RESOURCES_PAGE:
                     break
-                page.append(_resource(deployment, skill, entry.path, entry.size))
+                page.append(_resource(skill, entry.path, entry.size))
         offset += count
     end = start + len(page)
     return page, (str(end) if end < total else None)

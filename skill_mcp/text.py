@@ -27,6 +27,11 @@ def quoted_path(text: str) -> str:
     return quoted(text, _SHOWN_PATH_CHARS)
 
 
+def os_error_text(error: BaseException) -> str:
+    """An OS error as people read it ("Permission denied"), without errno numbers or the path repeated."""
+    return getattr(error, "strerror", None) or str(error)
+
+
 def encodable(text: str) -> str:
     """A non-UTF-8 file name decodes to lone surrogates, which no JSON answer could carry: shown escaped."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")

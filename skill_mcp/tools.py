@@ -15,7 +15,7 @@ from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES, SKILL_MD
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir
-from .text import quoted, quoted_path
+from .text import os_error_text, quoted, quoted_path
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -76,13 +76,13 @@ def _served_names_hint(deployment: Deployment, name: str) -> str:
     names = [skill.name for skill in deployment.skills]
     if refused is not None:
         why = f"A directory of that name was not served ({refused.reason}); skill_list's problems say why."
-        return why + (f" This server serves: {_listed(names)}" if names else " No other skill is served.")
+        return why + (f" This server serves: {_names_text(names)}" if names else " No other skill is served.")
     if not names:
         return no_skills_found(deployment)
-    return f"This server serves: {_listed(names)}"
+    return f"This server serves: {_names_text(names)}"
 
 
-def _listed(names: list[str]) -> str:
+def _names_text(names: list[str]) -> str:
     more = len(names) - _MAX_NAMES_IN_HINT
     return ", ".join(names[:_MAX_NAMES_IN_HINT]) + (f", and {more} more." if more > 0 else ".")
 
@@ -189,7 +189,7 @@ def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
 
 
 def unreadable(rel: str, error: OSError) -> str:
-    return f"{quoted_path(rel)} could not be read: {error.strerror or error}"
+    return f"{quoted_path(rel)} could not be read: {os_error_text(error)}"
 
 
 def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str, Any]:

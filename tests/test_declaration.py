@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skill_mcp.declaration import description, read_declaration, skill_name, when_to_use
+from skill_mcp.declaration import read_declaration
 from skill_mcp.frontmatter import parse_skill_md
 from skill_mcp.model import Declaration, EnvField, RunEntry
 
@@ -61,16 +61,6 @@ def test_unknown_keys_come_before_block_findings():
         'unknown frontmatter key "extra" (ignored)',
         '"mcp-host" is not a mapping; the block is ignored',
     ]
-
-
-def test_string_fields():
-    frontmatter = {"name": "a", "description": "d", "when-to-use": "hyphen", "when_to_use": "underscore"}
-    assert (skill_name(frontmatter), description(frontmatter), when_to_use(frontmatter)) == ("a", "d", "hyphen")
-    assert when_to_use({"when-to-use": 5, "when_to_use": "underscore"}) == "underscore"
-    # An empty hyphenated string is still a string, so it wins (SPEC §3.4).
-    assert when_to_use({"when-to-use": "", "when_to_use": "underscore"}) == ""
-    assert when_to_use({"when_to_use": "underscore"}) == "underscore"
-    assert (skill_name({"name": 1}), description({"description": None}), when_to_use({})) == (None, None, None)
 
 
 # §4.4 the block

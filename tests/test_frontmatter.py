@@ -6,7 +6,15 @@ import datetime
 
 import pytest
 
-from skill_mcp.frontmatter import FrontmatterError, frontmatter_to_json, json_key, parse_skill_md
+from skill_mcp.frontmatter import (
+    FrontmatterError,
+    description,
+    frontmatter_name,
+    frontmatter_to_json,
+    json_key,
+    parse_skill_md,
+    when_to_use,
+)
 
 
 def error_of(text: str) -> str:
@@ -239,3 +247,13 @@ def test_frontmatter_to_json():
 )
 def test_json_key(key, text):
     assert json_key(key) == text
+
+
+def test_string_fields():
+    frontmatter = {"name": "a", "description": "d", "when-to-use": "hyphen", "when_to_use": "underscore"}
+    assert (frontmatter_name(frontmatter), description(frontmatter), when_to_use(frontmatter)) == ("a", "d", "hyphen")
+    assert when_to_use({"when-to-use": 5, "when_to_use": "underscore"}) == "underscore"
+    # An empty hyphenated string is still a string, so it wins (SPEC §3.4).
+    assert when_to_use({"when-to-use": "", "when_to_use": "underscore"}) == ""
+    assert when_to_use({"when_to_use": "underscore"}) == "underscore"
+    assert (frontmatter_name({"name": 1}), description({"description": None}), when_to_use({})) == (None, None, None)

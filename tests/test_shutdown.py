@@ -16,7 +16,7 @@ from mcp.shared.message import SessionMessage
 from support import in_signal_mask, write_skill
 from wire import EXIT_SECONDS, LineClient, clean_environ, legacy_handshake, tool_payload
 
-from skill_mcp.lifecycle import DRAIN_SECONDS, _Unanswered
+from skill_mcp.lifecycle import ANSWER_DRAIN_SECONDS, _Unanswered
 
 SLOW_SKILL = """\
 name: slow
@@ -140,11 +140,11 @@ async def test_a_cancelled_request_is_not_waited_for_at_the_end_of_input() -> No
     cancel = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 7})
     unanswered.read(SessionMessage(request))
     unanswered.read(SessionMessage(cancel))
-    with anyio.fail_after(DRAIN_SECONDS / 4):
+    with anyio.fail_after(ANSWER_DRAIN_SECONDS / 4):
         await unanswered.drain()
     # and an unanswered one is waited for, up to the bound
     unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=8, method="ping")))
-    with anyio.move_on_after(DRAIN_SECONDS / 4) as waited:
+    with anyio.move_on_after(ANSWER_DRAIN_SECONDS / 4) as waited:
         await unanswered.drain()
     assert waited.cancelled_caught
 
