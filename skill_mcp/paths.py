@@ -126,6 +126,14 @@ def _descriptor_path(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
 
+def _names_inode(path: str, status: os.stat_result) -> bool:
+    try:
+        here = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (status.st_dev, status.st_ino)
+
+
 def open_directory_in_place(real_path: str) -> int | None:
     """A descriptor for listing the directory at `real_path`, or None when it cannot be opened or is no longer
     there (a directory on the way was swapped for a link). Entries are then read and stat'ed through the
@@ -206,6 +214,10 @@ class SkillDir:
         try:
             real, status = _descriptor_path(handle), os.fstat(handle)
             self._check(rel, real, status)
+            # The kernel words the path in the file's own mount namespace: a link through /proc/<pid>/root reaches
+            # a file mounted over `real` elsewhere, so the path must name this very inode here too.
+            if not _names_inode(real, status):
+                raise self._outside(rel)
             # Reopening the handle opens the very inode checked, so `status` is the descriptor's too.
             return os.open(f"/proc/self/fd/{handle}", _READ_FLAGS), real, status
         finally:
@@ -262,12 +274,15 @@ class SkillDir:
     def _check(self, rel: str, real: str, status: os.stat_result) -> None:
         if not (real.startswith(self._given_prefix) or real == self._given):  # the directory itself: not regular
             self.check_in_place()
-            raise PathRefused(
-                f"{quoted_path(rel)} resolves outside the skill's own directory",
-                "A file or symlink may only be read from inside its own skill.",
-            )
+            raise self._outside(rel)
         if not stat.S_ISREG(status.st_mode):
             raise NotRegularFile(quoted_path(rel))
+
+    def _outside(self, rel: str) -> PathRefused:
+        return PathRefused(
+            f"{quoted_path(rel)} resolves outside the skill's own directory",
+            "A file or symlink may only be read from inside its own skill.",
+        )
 
     def _not_a_file(self, rel: str) -> PathRefused:
         self.check_in_place()  # an unreadable or moved directory is reported as such

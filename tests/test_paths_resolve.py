@@ -1,6 +1,9 @@
 """The resolve check against real files and links (SPEC §6.2, §17 items 75–77)."""
 
 import os
+import shutil
+import subprocess
+import time
 
 import pytest
 from support import resolve_in_skill
@@ -80,6 +83,49 @@ def test_links_leaving_the_skill_are_refused_as_outside(layout, link_name, targe
     refused = refusal(skill, rel)
     assert refused.message == f'"{rel}" resolves outside the skill\'s own directory'
     assert "inside its own skill" in refused.hint
+
+
+@pytest.fixture
+def file_mounted_in_another_namespace(layout):
+    """`<skill>/decoy.txt` with `outside.txt` bind-mounted over it in a private mount namespace held open by a
+    sleeping process: the path is inside the skill, the file that namespace sees there is not."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (util-linux) to make a mount namespace")
+    decoy = layout / "skill" / "decoy.txt"
+    decoy.write_text("decoy")
+    ready = layout / "ns.pid"
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f'mount --bind "{layout}/outside.txt" "{decoy}" && echo $$ > "{ready}" && exec sleep 30'],
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            if ready.exists() and ready.read_text().strip():
+                break
+            time.sleep(0.01)
+        else:
+            pytest.skip("could not bind-mount in a private mount namespace here")
+        yield decoy, f"/proc/{ready.read_text().strip()}/root{decoy}"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_link_into_another_mount_namespace_never_reaches_its_file(layout, file_mounted_in_another_namespace,
+                                                                    resolution):
+    # /proc/<pid>/root is a magic link: the kernel names what it reaches by that namespace's path, which lies
+    # inside the skill, while the file there is `outside.txt`. Before, "secret" was served as "leak".
+    decoy, through_namespace = file_mounted_in_another_namespace
+    skill = layout / "skill"
+    os.symlink(through_namespace, skill / "leak")
+    with open(through_namespace) as mounted:
+        assert mounted.read() == "secret"  # the trap is set: that path reaches the outside file
+    if resolution == "realpath":  # resolved as strings in this namespace: the link names the decoy here
+        with SkillDir(str(skill)).opened("leak") as (fd, _):
+            assert os.read(fd, 100) == b"decoy"
+    else:
+        assert refusal(skill, "leak").message == '"leak" resolves outside the skill\'s own directory'
+    assert resolve_in_skill(str(skill), "decoy.txt") == str(decoy)
 
 
 def test_directory_is_refused_as_not_regular(layout):
