@@ -11,6 +11,7 @@ import hmac
 import json
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -271,12 +272,23 @@ class FileSpentStore:
                 continue
             path = os.path.join(self.directory, name)
             try:
-                with open(path, encoding="ascii") as record:
-                    expiry = int(record.read())
-                if _is_expired(expiry, now_ms):
+                expiry = _read_record(path)
+                if expiry is not None and _is_expired(expiry, now_ms):
                     os.unlink(path)
             except (OSError, ValueError):
                 continue
+
+
+def _read_record(path: str) -> int | None:
+    """A spent record's expiry; None for anything but a small regular file. A script of the server's uid can
+    write here, and a FIFO opened the ordinary way would block the server for good."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return int(os.read(fd, 32).decode("ascii"))
+    finally:
+        os.close(fd)
 
 
 def make_spent_store(stable_key: bool, data_dir: str | None) -> SpentStore:

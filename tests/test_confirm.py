@@ -300,6 +300,22 @@ def test_file_store_prunes_expired_records_on_spend(tmp_path):
     assert sorted(os.listdir(store.directory)) == ["BBBBBBBBBBBBBBBBBBBBBB", "CCCCCCCCCCCCCCCCCCCCCC"]
 
 
+def test_pruning_skips_what_is_not_a_record_without_blocking(tmp_path):
+    # A script of the server's uid can write the store: a FIFO there used to block the server for good.
+    import threading
+
+    store = FileSpentStore(str(tmp_path))
+    store.spend("AAAAAAAAAAAAAAAAAAAAAA", NOW + 10, NOW)
+    os.mkfifo(os.path.join(store.directory, "BBBBBBBBBBBBBBBBBBBBBB"))
+    os.symlink("/dev/zero", os.path.join(store.directory, "CCCCCCCCCCCCCCCCCCCCCC"))
+    spent = []
+    worker = threading.Thread(target=lambda: spent.append(store.spend(NONCE_TEXT, NOW + 600000, NOW + 20)), daemon=True)
+    worker.start()
+    worker.join(timeout=5)
+    assert spent == [True]
+    assert sorted(os.listdir(store.directory)) == sorted([NONCE_TEXT, "BBBBBBBBBBBBBBBBBBBBBB", "CCCCCCCCCCCCCCCCCCCCCC"])
+
+
 @pytest.mark.parametrize("nonce", ["../../etc/passwd", "", ".", "AAECAwQFBgcICQoLDA0OD/", "A" * 23])
 def test_file_store_refuses_a_nonce_that_is_not_a_plain_name(tmp_path, nonce):
     store = FileSpentStore(str(tmp_path))
