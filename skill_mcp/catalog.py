@@ -8,13 +8,23 @@ from __future__ import annotations
 import os
 import stat
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import islice
 
 from skill_mcp.declaration import read_declaration
 from skill_mcp.files import CappedRead, read_capped_fd
 from skill_mcp.frontmatter import FrontmatterError, description, frontmatter_name, parse_skill_md, when_to_use
-from skill_mcp.limits import MAX_DIRS_PER_SKILL, MAX_FILES_PER_SKILL, MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
+from skill_mcp.limits import (
+    MAX_DIRS_PER_SKILL,
+    MAX_FILES_PER_SKILL,
+    MAX_SKILL_MD_BYTES,
+    MAX_UNUSABLE_PATH_PROBLEMS,
+    MAX_WALK_ENTRIES,
+    SKILL_MD,
+    SKILL_NAME_PATTERN,
+)
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
 from skill_mcp.paths import PathRefused, SkillDir, is_within, open_directory_in_place, path_refusal
 from skill_mcp.text import encodable, os_error_text, quoted, quoted_path
@@ -260,60 +270,113 @@ def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedR
 
 
 def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> tuple[tuple[ManifestEntry, ...], bool]:
-    """§3.5: breadth-first, sorted, regular files only, bounded by the file and directory caps."""
-    files: list[ManifestEntry] = []
-    dirs_enqueued = 0
-    queue: deque[tuple[str, str]] = deque([(real_dir, "")])
-    while queue:
-        directory, prefix = queue.popleft()
-        # Listed through a descriptor checked to be this very directory: one swapped for a link mid-walk (at
-        # boot, by a process of this uid) cannot put the names and sizes of an outside directory in the manifest.
-        fd = open_directory_in_place(directory)
-        if fd is None:
-            continue
-        try:
-            try:
-                with os.scandir(fd) as listing:
-                    entries = sorted(listing, key=lambda entry: entry.name)
-            except OSError:
-                continue  # a directory that cannot be listed lists nothing
-            for entry in entries:
-                if entry.is_symlink():
-                    continue
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if not is_dir and not entry.is_file(follow_symlinks=False):
-                    continue  # FIFOs, sockets, devices
-                rel = prefix + entry.name
-                refusal = path_refusal(rel)
-                if refusal is not None:
-                    below = "; nothing under it is listed either" if is_dir else ""
-                    refuse(
-                        "unusable-path",
-                        f"{quoted_path(rel)} cannot be addressed by skill_file ({refusal}), so it is not listed{below}",
-                    )
-                    continue
-                if is_dir:
-                    if dirs_enqueued == MAX_DIRS_PER_SKILL:
-                        refuse(
-                            "file-limit",
-                            f"this skill has more than {MAX_DIRS_PER_SKILL} directories; the manifest lists the "
-                            f"{len(files)} files found; the rest is not walked",
-                        )
-                        return _sorted(files), True
-                    dirs_enqueued += 1
-                    queue.append((os.path.join(directory, entry.name), rel + "/"))
-                    continue
-                if len(files) == MAX_FILES_PER_SKILL:
-                    refuse(
+    """§3.5: breadth-first, sorted, regular files only, bounded by the file and directory caps; True when a
+    limit stopped the walk."""
+    walk = _ManifestWalk(refuse)
+    try:
+        hit_limit = walk.run(real_dir)
+    finally:
+        walk.report_unusable_rest()
+    return _sorted(walk.files), hit_limit
+
+
+class _ManifestWalk:
+    def __init__(self, refuse: Callable[[str, str], None]) -> None:
+        self.refuse = refuse
+        self.files: list[ManifestEntry] = []
+        self.queue: deque[tuple[str, str]] = deque()
+        self.dirs_enqueued = 0
+        self.entries_left = MAX_WALK_ENTRIES
+        self.unusable_reported = self.unusable_unreported = 0
+
+    def run(self, real_dir: str) -> bool:
+        self.queue.append((real_dir, ""))
+        while self.queue:
+            directory, prefix = self.queue.popleft()
+            with _listing(directory, self.entries_left + 1) as entries:
+                if len(entries) > self.entries_left:
+                    self.refuse(
                         "file-limit",
-                        f"this skill has more than {MAX_FILES_PER_SKILL} files; the manifest lists the first "
-                        f"{MAX_FILES_PER_SKILL}; the rest is not walked",
+                        f"this skill holds more than {MAX_WALK_ENTRIES} entries (files, directories, links and names "
+                        f"skill_file cannot address); the manifest lists the {len(self.files)} files found; "
+                        "the rest is not walked",
                     )
-                    return _sorted(files), True
-                files.append(ManifestEntry(rel, entry.stat(follow_symlinks=False).st_size))
-        finally:
-            os.close(fd)
-    return _sorted(files), False
+                    return True
+                self.entries_left -= len(entries)
+                for entry in entries:
+                    if self._take(entry, directory, prefix + entry.name):
+                        return True
+        return False
+
+    def _take(self, entry: os.DirEntry[str], directory: str, rel: str) -> bool:
+        """Lists, enqueues, skips or refuses one entry; True when a cap stops the walk here."""
+        if entry.is_symlink():
+            return False
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if not is_dir and not entry.is_file(follow_symlinks=False):
+            return False  # FIFOs, sockets, devices
+        refusal = path_refusal(rel)
+        if refusal is not None:
+            below = "; nothing under it is listed either" if is_dir else ""
+            self._refuse_unusable(f"{quoted_path(rel)} cannot be addressed by skill_file ({refusal}), so it is not "
+                                  f"listed{below}")
+            return False
+        if is_dir:
+            if self.dirs_enqueued == MAX_DIRS_PER_SKILL:
+                self.refuse(
+                    "file-limit",
+                    f"this skill has more than {MAX_DIRS_PER_SKILL} directories; the manifest lists the "
+                    f"{len(self.files)} files found; the rest is not walked",
+                )
+                return True
+            self.dirs_enqueued += 1
+            self.queue.append((os.path.join(directory, entry.name), rel + "/"))
+            return False
+        if len(self.files) == MAX_FILES_PER_SKILL:
+            self.refuse(
+                "file-limit",
+                f"this skill has more than {MAX_FILES_PER_SKILL} files; the manifest lists the first "
+                f"{MAX_FILES_PER_SKILL}; the rest is not walked",
+            )
+            return True
+        self.files.append(ManifestEntry(rel, entry.stat(follow_symlinks=False).st_size))
+        return False
+
+    def _refuse_unusable(self, detail: str) -> None:
+        if self.unusable_reported < MAX_UNUSABLE_PATH_PROBLEMS:
+            self.unusable_reported += 1
+            self.refuse("unusable-path", detail)
+        else:
+            self.unusable_unreported += 1
+
+    def report_unusable_rest(self) -> None:
+        if self.unusable_unreported:
+            self.refuse(
+                "unusable-path",
+                f"{self.unusable_unreported} more paths cannot be addressed by skill_file either, so they are not "
+                f"listed; only the first {MAX_UNUSABLE_PATH_PROBLEMS} are reported one by one",
+            )
+
+
+@contextmanager
+def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]]]:
+    """Up to `at_most` entries of `directory`, sorted by name, read through a descriptor checked to be this very
+    directory: one swapped for a link mid-walk (at boot, by a process of this uid) cannot put the names and sizes
+    of an outside directory in the manifest. Entries are stat'ed through that descriptor, so it stays open while
+    they are used. A directory that cannot be opened or listed lists nothing."""
+    fd = open_directory_in_place(directory)
+    if fd is None:
+        yield []
+        return
+    try:
+        try:
+            with os.scandir(fd) as listing:
+                entries = sorted(islice(listing, at_most), key=lambda entry: entry.name)
+        except OSError:
+            entries = []
+        yield entries
+    finally:
+        os.close(fd)
 
 
 def _refuse_duplicates(skills: list[Skill], problems: list[Problem]) -> list[Skill]:

@@ -14,7 +14,7 @@ from support import as_unprivileged, world_readable_dir
 
 from skill_mcp import paths
 from skill_mcp.catalog import discover
-from skill_mcp.limits import MAX_SKILL_MD_BYTES
+from skill_mcp.limits import MAX_SKILL_MD_BYTES, MAX_UNUSABLE_PATH_PROBLEMS, MAX_WALK_ENTRIES
 from skill_mcp.model import ManifestEntry, Problem
 from skill_mcp.paths import open_directory_in_place
 
@@ -585,6 +585,26 @@ def test_unaddressable_directory_is_reported_once_with_nothing_under_it_listed(r
     assert [entry.path for entry in catalog.skills[0].manifest] == ["SKILL.md"]
     problem = only_problem(catalog, "unusable-path")
     assert '"od%d"' in problem.detail and "nothing under it" in problem.detail
+
+
+def test_unaddressable_paths_are_reported_one_by_one_only_up_to_the_cap(root):
+    # A skill of 200,000 such names used to put 200,000 problems in every skill_list answer (33 MB).
+    names = {f"n%{index:03d}": "" for index in range(MAX_UNUSABLE_PATH_PROBLEMS + 8)}
+    skill_dir = make_skill(root, "flood", files={**names, "ok.txt": "x"})
+    catalog = discover([str(root)], 32)
+    assert [entry.path for entry in served(catalog, "flood").manifest] == ["SKILL.md", "ok.txt"]
+    assert reasons(catalog) == [(str(skill_dir), "unusable-path")] * (MAX_UNUSABLE_PATH_PROBLEMS + 1)
+    assert catalog.problems[-1].detail.startswith("8 more paths cannot be addressed by skill_file either")
+
+
+def test_a_skill_holding_more_entries_than_the_walk_examines_stops_with_file_limit(root):
+    skill_dir = make_skill(root, "wide")
+    for index in range(MAX_WALK_ENTRIES):  # with SKILL.md, one more than the walk examines; none is listed
+        os.mkfifo(skill_dir / f"f{index:05d}")
+    catalog = discover([str(root)], 32)
+    problem = only_problem(catalog, "file-limit")
+    assert f"more than {MAX_WALK_ENTRIES} entries" in problem.detail
+    assert served(catalog, "wide").file_limit_hit
 
 
 def test_exactly_2000_files_is_fine(root):
