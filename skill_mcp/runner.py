@@ -18,6 +18,7 @@ from skill_mcp.text import os_error_text
 
 TERM_GRACE_MS = 2000
 OUTPUT_DRAIN_MS = 250
+_SESSION_PASSES = 4
 HARD_DEADLINE_EXTRA_MS = 3250
 _READ_CHUNK = 65536
 _SETUP_REASON_MAX = 1024
@@ -79,12 +80,45 @@ def network_note(outcome: RunOutcome, egress_fenced: bool, proxy_set: bool) -> s
 
 
 def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:
-    """Signal a script's whole process group; False when there was nothing to signal."""
+    """Signal a script's whole process group, and every group a child made in the script's session with setpgid
+    (only setsid leaves the session); False when there was nothing to signal."""
+    signalled = _signal(os.killpg, pid, sig)
+    # A process forked while a pass runs is missed by it: passes repeat until one finds nobody left to kill.
+    for _ in range(_SESSION_PASSES if sig == signal.SIGKILL else 1):
+        members = _left_the_group(pid)
+        if not members:
+            break
+        for member in members:
+            signalled = _signal(os.kill, member, sig) or signalled
+    return signalled
+
+
+def _signal(send: Callable[[int, int], None], target: int, sig: int) -> bool:
     try:
-        os.killpg(pid, sig)
+        send(target, sig)
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def _left_the_group(session: int) -> list[int]:
+    """Live processes of the session `session` outside its leader's process group, from /proc (none where there
+    is no /proc)."""
+    members = []
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as status:
+                fields = status.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        state, pgrp, sid = fields[0], int(fields[2]), int(fields[3])
+        if sid == session and pgrp != session and state != b"Z":
+            members.append(pid)
+    return members
 
 
 def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildLimits) -> subprocess.Popen:
@@ -121,9 +155,9 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildL
 def _watch_exit(loop: asyncio.AbstractEventLoop, process: subprocess.Popen, on_exit: Callable[[], None]) -> None:
     """Call on_exit once the leader is reaped; never looks at its pipes, which a grandchild may hold.
 
-    What the script left running in its own process group is killed as it exits, before it is reaped: the unreaped
-    leader still holds the group id, so the signal cannot reach a group that reused it. (A child that left the
-    group with setsid is out of reach; the hard deadline bounds what it can still write here.)"""
+    What the script left running in its process group or session is killed as it exits, before it is reaped: the
+    unreaped leader still holds the group and session id, so the signal cannot reach one that reused it. (A child
+    that left the session with setsid is out of reach; the hard deadline bounds what it can still write here.)"""
     try:
         pidfd = os.pidfd_open(process.pid)
     except (AttributeError, OSError):

@@ -205,12 +205,16 @@ async def test_exit_is_detected_without_pidfd(monkeypatch: pytest.MonkeyPatch, w
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("exit_watch", ["pidfd", "thread"])
-async def test_what_the_script_leaves_in_its_group_dies_with_it(exit_watch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fixture", ["group_child", "regrouped_child"])
+async def test_what_the_script_leaves_in_its_session_dies_with_it(
+    exit_watch: str, fixture: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A background job would outlive the run, its timeout and the server, and could rewrite the skill's scripts
-    # between an approval and the next run.
+    # between an approval and the next run; a child that only changed its process group (setpgid) is still in
+    # the script's session, and dies too.
     if exit_watch == "thread":
         monkeypatch.setattr(os, "pidfd_open", no_pidfd)
-    result = await run_fixture("python3", "group_child")
+    result = await run_fixture("python3", fixture)
     child = grandchild_pid(result.stdout)
     try:
         assert (result.exit_code, result.timed_out) == (0, False)
