@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol, TypeGuard
 
+from .text import json_for_people
+
 ACTION = "skill.run"
 
 TOKEN_INVALID = "TOKEN_INVALID"
@@ -410,7 +412,7 @@ def not_confirmed() -> dict[str, Any]:
 
 def elicitation_question(will_run: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The form asked on paths 1 and 2: (message, requestedSchema)."""
-    details = json.dumps({"action": ACTION, "details": will_run}, indent=2, ensure_ascii=False)
+    details = json_for_people(json.dumps({"action": ACTION, "details": will_run}, indent=2, ensure_ascii=False))
     schema = {
         "type": "object",
         "properties": {

@@ -35,7 +35,7 @@ from .runner import (
     script_environment,
 )
 from .server import failure_result, text_result
-from .text import quoted_path
+from .text import json_for_people, quoted_path
 from .tools import ToolFailure, find_skill, minified, runnable_interpreters, unavailable_reason, unreadable
 
 
@@ -236,7 +236,7 @@ class RunService:
             return self._refused(draft.skill.name, draft.entry.script, refused)
         if fresh.will_run != draft.will_run:  # the user's "accepted" is logged; so is why it approves nothing
             self._log_confirm(draft, "elicitation", confirm.DRAFT_CHANGED)
-            return text_result(minified(confirm.draft_changed(fresh.will_run)), is_error=True)
+            return text_result(_preview_json(confirm.draft_changed(fresh.will_run)), is_error=True)
         return await self._run_once(fresh, None)
 
     async def _path_input_required(
@@ -286,12 +286,13 @@ class RunService:
         payload = confirm.payload_hash(draft.will_run)
         if token is None:
             self._log_confirm(draft, "token", "asked")
-            return text_result(minified(confirm.confirmation_required(draft.will_run, **self._offer(draft, payload))))
+            required = confirm.confirmation_required(draft.will_run, **self._offer(draft, payload))
+            return text_result(_preview_json(required))
         verdict = confirm.verify_token(self._key, token, draft.target, payload, self._clock_ms(), self._spent)
         self._log_confirm(draft, "token", "ok" if verdict.ok else verdict.error)
         if verdict.error == confirm.DRAFT_CHANGED:
             offer = confirm.token_offer(**self._offer(draft, payload))
-            return text_result(minified(confirm.draft_changed(draft.will_run, offer)), is_error=True)
+            return text_result(_preview_json(confirm.draft_changed(draft.will_run, offer)), is_error=True)
         if not verdict.ok:
             return text_result(minified(confirm.rejection(verdict.error)), is_error=True)
         return await self._run_once(draft, verdict.approval)
@@ -450,6 +451,11 @@ def _decision(answer: Any) -> str:
 
 def _arg_bytes(args: tuple[str, ...]) -> int:
     return sum(len(arg.encode("utf-8", "surrogatepass")) for arg in args)
+
+
+def _preview_json(value: dict[str, Any]) -> str:
+    """A result carrying a preview, which the user is shown to approve: written so nothing in it reorders."""
+    return json_for_people(minified(value))
 
 
 def argv_digest(draft: Draft) -> str:

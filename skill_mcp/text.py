@@ -10,8 +10,10 @@ from .limits import MAX_PATH_CHARS
 _SHOWN_CHARS = 120
 # Room for any path skill_file accepts and any URI naming one, shown whole (§0: «<uri>», «"<rel>"» verbatim).
 _SHOWN_PATH_CHARS = 4 * MAX_PATH_CHARS
-# C0 and C1 controls (terminal escapes) and the bidirectional overrides that reorder what a terminal shows.
-_TERMINAL_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C1 controls and the bidirectional marks and overrides that reorder how a line is shown; C0 controls too.
+_REORDERING = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_REORDERING_CHARACTERS = re.compile(f"[{_REORDERING}]")
+_TERMINAL_CONTROLS = re.compile(f"[\x00-\x1f{_REORDERING}]")
 
 
 def quoted(text: str, limit: int = _SHOWN_CHARS) -> str:
@@ -39,4 +41,14 @@ def encodable(text: str) -> str:
 
 def printable(line: str) -> str:
     """A line for a terminal: a skill's text cannot move the cursor, clear the screen or reorder the line."""
-    return _TERMINAL_CONTROLS.sub(lambda match: f"\\u{ord(match.group()):04x}", line)
+    return _TERMINAL_CONTROLS.sub(_escaped, line)
+
+
+def json_for_people(text: str) -> str:
+    """JSON text a person approves: a character that would reorder or hide the rest (U+202E in a script's name
+    shows what follows it backwards) is written as its escape, which is the same string to a parser."""
+    return _REORDERING_CHARACTERS.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"

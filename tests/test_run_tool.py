@@ -900,6 +900,25 @@ async def test_a_script_name_cannot_forge_the_servers_hint(tmp_path: Path, era: 
         assert text.count("\n\nHint:") == 1 and json.dumps(forged) in text, text
 
 
+async def test_a_preview_shows_bidi_overrides_escaped_on_every_path(tmp_path: Path) -> None:
+    # U+202E in a name shows what follows it backwards: the user would approve "scripts/safe" + "mr.py"
+    # reversed. Every preview writes it as its JSON escape, the same string to a parser.
+    script = "scripts/safe\u202eyp.mr"
+    frontmatter = f"name: bidi\ndescription: d\nmcp-host:\n  version: 1\n  run:\n    - script: {json.dumps(script)}\n      interpreter: python3\n"
+    write_skill(tmp_path, "bidi", frontmatter, files={script: "print(1)\n"})
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON})
+    arguments = {"name": "bidi", "script": script, "args": ["\u2066x"]}
+    asker = Asker(answer=types.ElicitResult(action="decline"))
+    async with connect(deployment, "legacy", elicitation_callback=asker) as client:
+        await client.call_tool("skill_run", arguments)
+    async with connect(deployment, "legacy") as client:
+        preview = (await client.call_tool("skill_run", arguments)).content[0].text
+    for text in (asker.questions[0].message, preview):
+        assert "\u202e" not in text and "\u2066" not in text, text
+        assert "safe\\u202eyp.mr" in text and "\\u2066x" in text
+    assert json.loads(preview)["preview"]["willRun"]["argv"] == [script, "\u2066x"]
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_skill_under_a_non_utf8_root_previews_and_runs(tmp_path: Path, era: str) -> None:
     # The preview carries the real directory as roots and sources do (lone surrogates, JSON escapes on the wire),
