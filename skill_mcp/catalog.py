@@ -26,7 +26,7 @@ from skill_mcp.limits import (
     SKILL_NAME_PATTERN,
 )
 from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
-from skill_mcp.paths import PathRefused, SkillDir, is_within, open_directory_in_place, path_refusal
+from skill_mcp.paths import PathRefused, SkillDir, is_within, open_directory_in_place, path_refusal, real_path
 from skill_mcp.text import encodable, os_error_text, quoted, quoted_path
 
 
@@ -79,7 +79,7 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
     skills (as a root or as a root's `skills`), is not, so each of its entries is reported once."""
     scan = _RootScan()
     try:
-        real_root = os.path.realpath(root, strict=True)
+        real_root = real_path(root)
     except OSError as error:
         scan.problems.append(Problem(root, "root-unreadable", os_error_text(error)))
         return scan
@@ -99,7 +99,11 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
     real_skills_entry = os.path.join(real_root, "skills")
     if os.path.isdir(real_skills_entry):
         skills_path = os.path.join(root, "skills")
-        real_skills = os.path.realpath(real_skills_entry)
+        try:
+            real_skills = real_path(real_skills_entry)
+        except OSError as error:  # resolved a moment ago by isdir; a link swapped in since
+            scan.problems.append(Problem(skills_path, "symlink-escape", _unresolvable_entry(True, error)))
+            return scan
         if not is_within(real_skills, real_root):
             scan.problems.append(
                 Problem(
@@ -134,7 +138,7 @@ def _scan_entries(
         # Layout C reports an escaping `skills`; a broken one is simply not a directory.
         quiet = at_root and entry.name == "skills"
         try:
-            real = os.path.realpath(entry.path, strict=True)
+            real = real_path(entry.path)
         except OSError as error:
             if not quiet:
                 scan.problems.append(Problem(entry_path, "symlink-escape", _unresolvable_entry(is_link, error)))
@@ -243,7 +247,7 @@ def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedR
     read_path = skill_md
     if stat.S_ISLNK(status.st_mode):
         try:
-            read_path = os.path.realpath(skill_md, strict=True)
+            read_path = real_path(skill_md)
         except OSError:
             read_path = None
         if read_path is None or not is_within(read_path, real_dir, strictly=True):

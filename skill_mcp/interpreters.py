@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
 
 from skill_mcp.config import Config, ConfigWarning
-from skill_mcp.paths import is_within
+from skill_mcp.paths import is_within, real_path
 
 
 def server_venv_prefix() -> str | None:
@@ -72,6 +73,8 @@ def _inside(path: str, prefix: str | None) -> bool:
     """Whether the path, as written or resolved, lies under the prefix (as written or resolved)."""
     if prefix is None:
         return False
-    prefixes = {os.path.abspath(prefix), os.path.realpath(prefix)}
-    paths = {os.path.abspath(path), os.path.realpath(path)}
+    prefixes, paths = {os.path.abspath(prefix)}, {os.path.abspath(path)}
+    with contextlib.suppress(OSError):  # a link loop: only the path as written counts
+        prefixes.add(real_path(prefix, strict=False))
+        paths.add(real_path(path, strict=False))
     return any(is_within(p, q) for p in paths for q in prefixes)

@@ -47,6 +47,15 @@ def path_refusal(rel: object) -> str | None:
     return None
 
 
+def real_path(path: str, strict: bool = True) -> str:
+    """os.path.realpath, except that a link loop Python follows without end (one through /proc/<pid>/root into
+    another mount namespace) is the OSError (ELOOP) it is, not a RecursionError that would end the server."""
+    try:
+        return os.path.realpath(path, strict=strict)
+    except RecursionError:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path) from None
+
+
 def is_within(path: str, base: str, strictly: bool = False) -> bool:
     """Whether `path` is `base` (unless strictly) or lies under it, compared as written (no resolving here)."""
     if path == base:
@@ -85,29 +94,30 @@ class _OpenHow(ctypes.Structure):  # struct open_how, openat2(2)
     _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
 
 
-class LinkFreeOpener:
+class Openat2:
     """openat2(2) with RESOLVE_NO_SYMLINKS (Linux 5.6+), called by its number through libc's syscall(): it opens
-    a path for reading only when none of the path's components is a link."""
+    a path (for reading, unless other flags are given) only when none of the path's components is a link."""
 
     SYSCALL_NUMBERS = {"x86_64": 437, "aarch64": 437}
-    _AT_FDCWD, _RESOLVE_NO_SYMLINKS = -100, 0x04
+    RESOLVE_NO_SYMLINKS = 0x04
+    _AT_FDCWD = -100
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, flags: int = _READ_FLAGS, resolve: int = RESOLVE_NO_SYMLINKS) -> None:
         self._number = number
         self._syscall = ctypes.CDLL(None, use_errno=True).syscall
         self._syscall.restype = ctypes.c_long
         self._syscall.argtypes = (ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
-        self._how = _OpenHow(_READ_FLAGS, 0, self._RESOLVE_NO_SYMLINKS)
+        self._how = _OpenHow(flags, 0, resolve)
         self._how_ref, self._how_size = ctypes.byref(self._how), ctypes.sizeof(self._how)
         self.usable = True
 
     @classmethod
-    def for_this_machine(cls) -> LinkFreeOpener | None:
+    def for_this_machine(cls, flags: int = _READ_FLAGS, resolve: int = RESOLVE_NO_SYMLINKS) -> Openat2 | None:
         number = cls.SYSCALL_NUMBERS.get(os.uname().machine) if sys.platform == "linux" else None
-        return cls(number) if number is not None else None
+        return cls(number, flags, resolve) if number is not None else None
 
     def __call__(self, path: str) -> int | None:
-        """A read descriptor on `path`; None when a component is a link or the open fails for any reason."""
+        """A descriptor on `path`; None when the resolve rules refuse it or the open fails for any reason."""
         if not self.usable:
             return None
         fd = self._syscall(self._number, self._AT_FDCWD, os.fsencode(path), self._how_ref, self._how_size)
@@ -118,7 +128,8 @@ class LinkFreeOpener:
         return None
 
 
-_OPEN_LINK_FREE = LinkFreeOpener.for_this_machine()
+_OPEN_LINK_FREE = Openat2.for_this_machine()
+_OPEN_DIRECTORY_LINK_FREE = Openat2.for_this_machine(os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def _descriptor_path(fd: int) -> str:
@@ -126,8 +137,11 @@ def _descriptor_path(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
 
-def _names_inode(path: str, status: os.stat_result) -> bool:
+def _is_real_path_here(path: str, status: os.stat_result) -> bool:
+    """Whether `path` is, in this process's view, a path with no link in it to the file `status` describes."""
     try:
+        if real_path(path) != path:
+            return False
         here = os.stat(path, follow_symlinks=False)
     except OSError:
         return False
@@ -138,6 +152,10 @@ def open_directory_in_place(real_path: str) -> int | None:
     """A descriptor for listing the directory at `real_path`, or None when it cannot be opened or is no longer
     there (a directory on the way was swapped for a link). Entries are then read and stat'ed through the
     descriptor, so a swap after this check changes nothing about what is listed."""
+    if _OPEN_DIRECTORY_LINK_FREE is not None and _OPEN_DIRECTORY_LINK_FREE.usable:
+        fd = _OPEN_DIRECTORY_LINK_FREE(real_path)  # a real path has no link in it, unless one was swapped in
+        if fd is not None or _OPEN_DIRECTORY_LINK_FREE.usable:
+            return fd
     try:
         fd = os.open(real_path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -150,7 +168,7 @@ def open_directory_in_place(real_path: str) -> int | None:
 
 def _real_dir(path: str) -> str:
     if not _CHECK_THEN_OPEN:
-        return os.path.realpath(path, strict=True)
+        return real_path(path)
     # One open and one readlink, where realpath lstats every component of the path.
     handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
@@ -214,9 +232,9 @@ class SkillDir:
         try:
             real, status = _descriptor_path(handle), os.fstat(handle)
             self._check(rel, real, status)
-            # The kernel words the path in the file's own mount namespace: a link through /proc/<pid>/root reaches
-            # a file mounted over `real` elsewhere, so the path must name this very inode here too.
-            if not _names_inode(real, status):
+            # The kernel words the path in the file's own mount namespace: a link through /proc/<pid>/root can reach
+            # a file mounted over `real` in another one, or make a link here lead back into the skill.
+            if not _is_real_path_here(real, status):
                 raise self._outside(rel)
             # Reopening the handle opens the very inode checked, so `status` is the descriptor's too.
             return os.open(f"/proc/self/fd/{handle}", _READ_FLAGS), real, status
@@ -256,7 +274,7 @@ class SkillDir:
 
     def _open_by_real_path(self, rel: str, path: str) -> tuple[int, str, os.stat_result]:
         try:
-            real = os.path.realpath(path, strict=True)
+            real = real_path(path)
             status = os.stat(real)
         except OSError:
             raise self._not_a_file(rel) from None

@@ -7,12 +7,15 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import textwrap
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp.client import Client
 
 from skill_mcp.deployment import Deployment, build_deployment
@@ -123,8 +126,6 @@ def as_unprivileged(action: Any) -> Any:
 
 def world_readable_dir() -> Path:
     """A fresh directory an unprivileged uid can reach (pytest's tmp_path is root-only)."""
-    import tempfile
-
     directory = Path(tempfile.mkdtemp(prefix="skill-mcp-test-"))
     directory.chmod(0o755)
     return directory
@@ -153,3 +154,28 @@ def fails_after(seconds: int) -> Any:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@contextmanager
+def mount_namespace(script: str) -> Iterator[str]:
+    """A private mount namespace set up by `script` (sh) and held open by a sleeping process: yields its root as
+    this process sees it, /proc/<pid>/root (a magic link)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (util-linux) to make a mount namespace")
+    ready = Path(tempfile.mkdtemp()) / "ns.pid"
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f'{script} && echo $$ > "{ready}" && exec sleep 30'],
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            if ready.exists() and ready.read_text().strip():
+                break
+            time.sleep(0.01)
+        else:
+            pytest.skip("could not mount in a private mount namespace here")
+        yield f"/proc/{ready.read_text().strip()}/root"
+    finally:
+        holder.kill()
+        holder.wait()
+        shutil.rmtree(ready.parent)

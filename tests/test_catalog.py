@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_skill
-from support import as_unprivileged, world_readable_dir
+from support import as_unprivileged, mount_namespace, world_readable_dir
 
 from skill_mcp import paths
 from skill_mcp.catalog import discover
@@ -762,6 +762,17 @@ def test_non_utf8_names_are_reported_in_encodable_text(root):
         (problem.path + problem.detail).encode("utf-8")
 
 
+def test_a_link_python_would_follow_without_end_is_a_broken_symlink_not_a_crash(root):
+    # Through /proc/<pid>/root into another mount namespace, where the path is a directory, the link leads back to
+    # itself here: os.path.realpath recursed until RecursionError, which ended discovery and so the server.
+    skill = root / "skill"
+    with mount_namespace(f'mount -t tmpfs none "{root}" && mkdir "{skill}"') as namespace_root:
+        skill.symlink_to(f"{namespace_root}{skill}")
+        catalog = discover([str(root)], 32)
+    assert reasons(catalog) == [(str(skill), "symlink-escape")]
+    assert "Too many levels of symbolic links" in catalog.problems[0].detail
+
+
 def test_symlink_loop_is_a_broken_symlink(root):
     (root / "loop-a").symlink_to("loop-b")
     (root / "loop-b").symlink_to("loop-a")
@@ -782,9 +793,14 @@ def test_unlistable_root_is_unreadable():
 
 
 @pytest.mark.skipif(not paths._CHECK_THEN_OPEN, reason="no /proc here to tell a descriptor's path")
-def test_the_walk_lists_a_directory_only_where_discovery_found_it(tmp_path):
+@pytest.mark.parametrize("opening", ["openat2", "readlink"])
+def test_the_walk_lists_a_directory_only_where_discovery_found_it(tmp_path, monkeypatch, opening):
     # The manifest walk opens each directory through this check before listing it, so a directory swapped for a
     # link in the middle of a boot (by a process of the server's uid) lists nothing from where the link leads.
+    if opening == "openat2" and paths._OPEN_DIRECTORY_LINK_FREE is None:
+        pytest.skip("no openat2 here")
+    if opening == "readlink":
+        monkeypatch.setattr(paths, "_OPEN_DIRECTORY_LINK_FREE", None)
     real = tmp_path / "skill" / "docs"
     real.mkdir(parents=True)
     (tmp_path / "outside" / "docs").mkdir(parents=True)
@@ -802,6 +818,7 @@ def test_the_walk_never_opens_a_link_as_a_directory_where_no_descriptor_path_is_
     # Without /proc (the realpath fallback) the open's no-follow flag is all that keeps a directory swapped for a
     # link from being listed from where the link leads.
     monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
+    monkeypatch.setattr(paths, "_OPEN_DIRECTORY_LINK_FREE", None)
     (tmp_path / "outside" / "docs").mkdir(parents=True)
     (tmp_path / "outside" / "docs" / "secret.txt").write_text("secret")
     os.symlink(tmp_path / "outside" / "docs", tmp_path / "link")

@@ -9,7 +9,7 @@ import pytest
 from support import fails_after
 
 from skill_mcp import paths
-from skill_mcp.paths import LinkFreeOpener, SkillDir
+from skill_mcp.paths import Openat2, SkillDir
 
 pytestmark = pytest.mark.skipif(paths._OPEN_LINK_FREE is None, reason="no openat2 here")
 
@@ -51,7 +51,7 @@ def test_anything_but_a_plain_file_reached_through_no_link_is_left_to_the_full_c
 
 
 def test_the_opener_refuses_any_link_and_keeps_working(skill):
-    opener = LinkFreeOpener.for_this_machine()
+    opener = Openat2.for_this_machine()
     os.symlink(skill / "scripts", skill / "linked")
     assert opener(f"{skill}/linked/ok.js") is None  # ELOOP: a link, no reason to give up
     fd = opener(f"{skill}/scripts/ok.js")
@@ -65,7 +65,7 @@ def test_the_opener_refuses_any_link_and_keeps_working(skill):
 
 def test_the_opener_gives_up_for_good_where_the_kernel_lacks_the_call(skill):
     # A system call number no kernel has: the kernel itself answers ENOSYS, as one older than 5.6 does for openat2.
-    opener = LinkFreeOpener(number=1_000_000)
+    opener = Openat2(number=1_000_000)
     assert opener(f"{skill}/scripts/ok.js") is None
     assert not opener.usable
 

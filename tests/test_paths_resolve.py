@@ -1,12 +1,9 @@
 """The resolve check against real files and links (SPEC §6.2, §17 items 75–77)."""
 
 import os
-import shutil
-import subprocess
-import time
 
 import pytest
-from support import resolve_in_skill
+from support import mount_namespace, resolve_in_skill
 
 from skill_mcp import paths
 from skill_mcp.paths import PATH_HINT, PathRefused, SkillDir, describe_refusal, path_refusal
@@ -20,8 +17,9 @@ def resolution(request, monkeypatch):
         pytest.skip("no openat2 here")
     if request.param == "check-then-open" and not paths._CHECK_THEN_OPEN:
         pytest.skip("no O_PATH and /proc here")
-    if request.param != "link-free-first":
-        monkeypatch.setattr(paths, "_OPEN_LINK_FREE", None)
+    if request.param != "link-free-first":  # as where there is no openat2
+        for opener in ("_OPEN_LINK_FREE", "_OPEN_DIRECTORY_LINK_FREE"):
+            monkeypatch.setattr(paths, opener, None)
     if request.param == "realpath":
         monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
     return request.param
@@ -87,28 +85,12 @@ def test_links_leaving_the_skill_are_refused_as_outside(layout, link_name, targe
 
 @pytest.fixture
 def file_mounted_in_another_namespace(layout):
-    """`<skill>/decoy.txt` with `outside.txt` bind-mounted over it in a private mount namespace held open by a
-    sleeping process: the path is inside the skill, the file that namespace sees there is not."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare (util-linux) to make a mount namespace")
+    """`<skill>/decoy.txt`, with `outside.txt` bind-mounted over it in another mount namespace: the path is
+    inside the skill, the file that namespace sees there is not."""
     decoy = layout / "skill" / "decoy.txt"
     decoy.write_text("decoy")
-    ready = layout / "ns.pid"
-    holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         f'mount --bind "{layout}/outside.txt" "{decoy}" && echo $$ > "{ready}" && exec sleep 30'],
-    )  # fmt: skip
-    try:
-        for _ in range(200):
-            if ready.exists() and ready.read_text().strip():
-                break
-            time.sleep(0.01)
-        else:
-            pytest.skip("could not bind-mount in a private mount namespace here")
-        yield decoy, f"/proc/{ready.read_text().strip()}/root{decoy}"
-    finally:
-        holder.kill()
-        holder.wait()
+    with mount_namespace(f'mount --bind "{layout}/outside.txt" "{decoy}"') as namespace_root:
+        yield decoy, f"{namespace_root}{decoy}"
 
 
 def test_a_link_into_another_mount_namespace_never_reaches_its_file(layout, file_mounted_in_another_namespace,
@@ -126,6 +108,26 @@ def test_a_link_into_another_mount_namespace_never_reaches_its_file(layout, file
     else:
         assert refusal(skill, "leak").message == '"leak" resolves outside the skill\'s own directory'
     assert resolve_in_skill(str(skill), "decoy.txt") == str(decoy)
+
+
+def test_a_skill_directory_swapped_for_a_link_into_another_namespace_serves_nothing(layout, resolution):
+    # The skills root holds the skill; in another mount namespace a directory of secrets is mounted at the skill's
+    # path, and here the skill is swapped for a link to it through /proc/<pid>/root. Every path the kernel reports
+    # then lies inside the skill, and stat() here follows the same link to the same files.
+    skills = layout / "skills"
+    skill = skills / "skill"
+    skill.mkdir(parents=True)
+    (skill / "notes.md").write_text("notes")
+    setup = f'mount -t tmpfs none "{skills}" && mkdir "{skill}" && mount --bind "{layout}/outdir" "{skill}"'
+    with mount_namespace(setup) as namespace_root:
+        directory = SkillDir(str(skill))  # as discovery found it
+        os.rename(skill, skills / "skill.orig")
+        os.symlink(f"{namespace_root}{skill}", skill)
+        with open(skill / "secret.txt") as reached:
+            assert reached.read() == "secret"  # the trap is set
+        with pytest.raises(PathRefused) as refused:
+            directory.open("secret.txt")
+    assert "secret.txt" in refused.value.message or "skill's directory" in refused.value.message
 
 
 def test_directory_is_refused_as_not_regular(layout):
