@@ -17,7 +17,7 @@ from typing import Any
 from .cli import EXIT_OK, EXIT_PROBLEMS
 from .deployment import Deployment, build_deployment
 from .frontmatter import json_key
-from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_MAX_NAME_CHARS, INTERPRETERS, is_agent_skills_name
+from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_NAME_RULE, INTERPRETERS, is_agent_skills_name
 from .model import Problem, Skill
 from .text import printable, quoted
 from .tools import skill_list
@@ -50,8 +50,7 @@ def _name_finding(frontmatter: Mapping[Any, Any]) -> str | None:
         return f'frontmatter "name" is {_kind(name)}, not a string'
     if not is_agent_skills_name(name):
         return (
-            f"frontmatter name {quoted(name)} is not 1-{AGENT_SKILLS_MAX_NAME_CHARS} lowercase letters, digits and "
-            'single hyphens (no leading, trailing or doubled "-")'
+            f'frontmatter name {quoted(name)} is not {AGENT_SKILLS_NAME_RULE} (no leading, trailing or doubled "-")'
         )
     return None
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol, TypeGuard
 
+from .config import CONFIRM_MODES, TTL_MAX_SECONDS
 from .text import json_for_people
 
 ACTION = "skill.run"
@@ -339,8 +340,10 @@ _INSTRUCTIONS: dict[str, str] = {
 _UNSUPPORTED_WHY: dict[str, str] = {
     "no-elicitation": "the client declares no MCP elicitation capability",
     "elicitation-off": "elicitation is disabled by MCP_CONFIRM_ELICITATION=off",
-    "ttl-invalid": "MCP_CONFIRM_TTL_SECONDS is invalid (it must be a whole number of seconds from 1 to 86400)",
-    "mode-unknown": "MCP_CONFIRM_MODE is not a known mode (ask-user, auto or refuse), so it counts as refuse",
+    "ttl-invalid": "MCP_CONFIRM_TTL_SECONDS is invalid "
+    f"(it must be a whole number of seconds from 1 to {TTL_MAX_SECONDS})",
+    "mode-unknown": f"MCP_CONFIRM_MODE is not a known mode ({', '.join(CONFIRM_MODES[:-1])} or {CONFIRM_MODES[-1]}), "
+    "so it counts as refuse",
 }
 
 _REJECTION_NOTES: dict[str, str] = {

@@ -41,6 +41,9 @@ AGENT_SKILLS_MAX_NAME_CHARS = 64
 AGENT_SKILLS_MAX_DESCRIPTION_CHARS = 1024
 
 
+AGENT_SKILLS_NAME_RULE = f"1-{AGENT_SKILLS_MAX_NAME_CHARS} lowercase letters, digits and single hyphens"
+
+
 def is_agent_skills_name(name: str) -> bool:
     return len(name) <= AGENT_SKILLS_MAX_NAME_CHARS and AGENT_SKILLS_NAME_PATTERN.fullmatch(name) is not None
 

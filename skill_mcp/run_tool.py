@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,13 @@ class Draft:
 
 
 class RunService:
-    def __init__(self, deployment: Deployment, *, clock_ms: Any = None, random_bytes: Any = os.urandom) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        random_bytes: Callable[[int], bytes] = os.urandom,
+    ) -> None:
         self.deployment = deployment
         config = deployment.config
         key = confirm.confirm_key(config.confirm_secret, config.host_confirm_secret, config.data_dir, random_bytes)
@@ -149,7 +156,8 @@ class RunService:
                 "A script this large is not run here; its skill can ship a smaller entry point.",
             ) from None
         except OSError as error:
-            raise Refused("path-refused", unreadable(script, error), "Only regular files can be read or executed.") from None
+            hint = "A script must be a regular file inside its skill that the server's user can read."
+            raise Refused("path-refused", unreadable(script, error), hint) from None
         _check_arguments(args)
         return Draft(skill, entry, real_script, args, self._will_run(skill, entry, script_sha256, args))
 
@@ -209,7 +217,7 @@ class RunService:
     def _mode(self) -> str:
         return self.deployment.config.confirm_mode
 
-    def _confirm_path(self, ctx: ServerRequestContext[Any]) -> str:
+    def _confirm_path(self, ctx: ServerRequestContext[Any]) -> confirm.ConfirmPath:
         capabilities = ctx.session.client_capabilities
         declared = capabilities.model_dump(by_alias=True, exclude_none=True) if capabilities else None
         return confirm.choose_path(

@@ -69,14 +69,10 @@ class SpawnFailed(Exception):
         self.reason = reason
 
 
-def network_note_applies(outcome: RunOutcome, egress_fenced: bool, proxy_set: bool) -> bool:
-    failed = outcome.timed_out or outcome.exit_code != 0
-    return failed and (egress_fenced or proxy_set)
-
-
 def network_note(outcome: RunOutcome, egress_fenced: bool, proxy_set: bool) -> str | None:
-    """The result's `networkNote`, or None when it does not apply."""
-    return NETWORK_NOTE if network_note_applies(outcome, egress_fenced, proxy_set) else None
+    """The result's `networkNote`: for a failed run where the network is fenced or proxied; else None."""
+    failed = outcome.timed_out or outcome.exit_code != 0
+    return NETWORK_NOTE if failed and (egress_fenced or proxy_set) else None
 
 
 def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:

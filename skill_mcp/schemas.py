@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .limits import MAX_ARGS, MAX_PATHS_PER_CALL
+from .limits import MAX_ARGS, MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_PATHS_PER_CALL
 from .text import quoted
 
 _NAME = {"type": "string", "minLength": 1, "description": "The skill's name, as listed by skill_list."}
@@ -40,8 +40,9 @@ TOOLS: tuple[dict[str, Any], ...] = (
     {
         "name": "skill_file",
         "description": (
-            "Read 1-8 bundled files of a skill by their path relative to the skill's directory "
-            "(1 MiB per file, 4 MiB per call). Text comes back as UTF-8, anything else as base64."
+            f"Read 1-{MAX_PATHS_PER_CALL} bundled files of a skill by their path relative to the skill's directory "
+            f"({MAX_FILE_BYTES >> 20} MiB per file, {MAX_CALL_BYTES >> 20} MiB per call). Text comes back as UTF-8, "
+            "anything else as base64."
         ),
         "inputSchema": {
             "type": "object",

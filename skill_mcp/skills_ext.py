@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .files import media_type, sha256_fd
 from .frontmatter import frontmatter_name, frontmatter_to_json
-from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, SKILL_MD, is_agent_skills_name
+from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_NAME_RULE, SKILL_MD, is_agent_skills_name
 from .model import Problem, Skill
 from .paths import PathRefused, SkillDir
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
@@ -36,7 +36,7 @@ def exclusion_reason(skill: Skill) -> str | None:
     if name != skill.name:
         return f"its frontmatter name {quoted(name)} differs from its directory name {quoted(skill.name)}"
     if not is_agent_skills_name(name):
-        return f"its name {quoted(name)} is not in Agent Skills form (1-64 lowercase letters, digits and single hyphens)"
+        return f"its name {quoted(name)} is not in Agent Skills form ({AGENT_SKILLS_NAME_RULE})"
     description = skill.description
     if description is None:
         return "its frontmatter has no string description"

@@ -1,4 +1,4 @@
-"""Fast start (issue 7): import the SDK's stdio server without paying at start for what a session never uses.
+"""Fast start: import the SDK's stdio server without paying at start for what a session never uses.
 
 Five levers, confined to the one SDK import that `serve` makes; none touches the installed files:
 

@@ -24,7 +24,6 @@ from skill_mcp.runner import (
     build_argv,
     kill_process_group,
     network_note,
-    network_note_applies,
     run_process,
     script_environment,
 )
@@ -130,7 +129,8 @@ def outcome(exit_code: int | None = 0, timed_out: bool = False) -> RunOutcome:
     ],
 )
 def test_network_note_only_for_failed_runs_behind_a_fence(exit_code, timed_out, fenced, proxy, expected) -> None:
-    assert network_note_applies(outcome(exit_code, timed_out), egress_fenced=fenced, proxy_set=proxy) is expected
+    note = network_note(outcome(exit_code, timed_out), egress_fenced=fenced, proxy_set=proxy)
+    assert (note == NETWORK_NOTE) is expected and (note is None) is not expected
     note = network_note(outcome(exit_code, timed_out), egress_fenced=fenced, proxy_set=proxy)
     assert note == (NETWORK_NOTE if expected else None)
 

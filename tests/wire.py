@@ -70,7 +70,8 @@ class LineClient:
         self.send_line(json.dumps(message).encode())
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Send one request and return the response carrying its id (anything else must not come)."""
+        """Send one request and return the response carrying its id; any other line read meanwhile is skipped
+        here (it stays in stdout_lines)."""
         self._next_id += 1
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
         if params is not None:
