@@ -148,19 +148,19 @@ def _is_real_path_here(path: str, status: os.stat_result) -> bool:
     return (here.st_dev, here.st_ino) == (status.st_dev, status.st_ino)
 
 
-def open_directory_in_place(real_path: str) -> int | None:
-    """A descriptor for listing the directory at `real_path`, or None when it cannot be opened or is no longer
-    there (a directory on the way was swapped for a link). Entries are then read and stat'ed through the
+def open_directory_in_place(directory: str) -> int | None:
+    """A descriptor for listing `directory`, a real path, or None when it cannot be opened or is no longer there
+    (it, or a directory on the way, was swapped for a link). Entries are then read and stat'ed through the
     descriptor, so a swap after this check changes nothing about what is listed."""
     if _OPEN_DIRECTORY_LINK_FREE is not None and _OPEN_DIRECTORY_LINK_FREE.usable:
-        fd = _OPEN_DIRECTORY_LINK_FREE(real_path)  # a real path has no link in it, unless one was swapped in
+        fd = _OPEN_DIRECTORY_LINK_FREE(directory)  # a real path has no link in it, unless one was swapped in
         if fd is not None or _OPEN_DIRECTORY_LINK_FREE.usable:
             return fd
     try:
-        fd = os.open(real_path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    if _CHECK_THEN_OPEN and _descriptor_path(fd) != real_path:
+    if not _is_real_path_here(directory, os.fstat(fd)):
         os.close(fd)
         return None
     return fd

@@ -792,15 +792,20 @@ def test_unlistable_root_is_unreadable():
     assert reasons(catalog) == [(str(root), "root-unreadable")]
 
 
-@pytest.mark.skipif(not paths._CHECK_THEN_OPEN, reason="no /proc here to tell a descriptor's path")
-@pytest.mark.parametrize("opening", ["openat2", "readlink"])
-def test_the_walk_lists_a_directory_only_where_discovery_found_it(tmp_path, monkeypatch, opening):
+@pytest.fixture(params=["openat2", "no-openat2", "no-proc"])
+def directory_opening(request, monkeypatch):
+    """Each way the walk can open a directory: link-free with openat2, else by path checked after the open."""
+    if request.param == "openat2" and paths._OPEN_DIRECTORY_LINK_FREE is None:
+        pytest.skip("no openat2 here")
+    if request.param != "openat2":
+        monkeypatch.setattr(paths, "_OPEN_DIRECTORY_LINK_FREE", None)
+    if request.param == "no-proc":
+        monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
+
+
+def test_the_walk_lists_a_directory_only_where_discovery_found_it(tmp_path, directory_opening):
     # The manifest walk opens each directory through this check before listing it, so a directory swapped for a
     # link in the middle of a boot (by a process of the server's uid) lists nothing from where the link leads.
-    if opening == "openat2" and paths._OPEN_DIRECTORY_LINK_FREE is None:
-        pytest.skip("no openat2 here")
-    if opening == "readlink":
-        monkeypatch.setattr(paths, "_OPEN_DIRECTORY_LINK_FREE", None)
     real = tmp_path / "skill" / "docs"
     real.mkdir(parents=True)
     (tmp_path / "outside" / "docs").mkdir(parents=True)
@@ -812,6 +817,22 @@ def test_the_walk_lists_a_directory_only_where_discovery_found_it(tmp_path, monk
     assert open_directory_in_place(str(real)) is None
     os.symlink(tmp_path / "outside" / "docs", tmp_path / "link")
     assert open_directory_in_place(str(tmp_path / "link")) is None  # a link itself is never opened
+
+
+def test_the_walk_lists_nothing_through_a_link_into_another_mount_namespace(tmp_path, directory_opening):
+    # There the skill's path holds a directory of secrets; here an ancestor was swapped for a link to it through
+    # /proc/<pid>/root, so the kernel names what the walk opened by the very path discovery found.
+    skills = tmp_path / "skills"
+    docs = skills / "skill" / "docs"
+    docs.mkdir(parents=True)
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "key.txt").write_text("secret")
+    setup = f'mount -t tmpfs none "{skills}" && mkdir -p "{docs}" && mount --bind "{tmp_path}/secrets" "{docs}"'
+    with mount_namespace(setup) as namespace_root:
+        os.rename(skills / "skill", skills / "skill.orig")
+        os.symlink(f"{namespace_root}{skills}/skill", skills / "skill")
+        assert os.listdir(docs) == ["key.txt"]  # the trap is set
+        assert open_directory_in_place(str(docs)) is None
 
 
 def test_the_walk_never_opens_a_link_as_a_directory_where_no_descriptor_path_is_told(tmp_path, monkeypatch):
