@@ -175,7 +175,7 @@ def _may_hold_skill_md(directory: str) -> bool:
     and §3.4 step 1 then says why its SKILL.md cannot be read (not that it has none)."""
     try:
         os.lstat(os.path.join(directory, SKILL_MD))
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         return False
     except OSError:
         return True
@@ -314,11 +314,9 @@ class _ManifestWalk:
 
     def _take(self, entry: os.DirEntry[str], directory: str, rel: str) -> bool:
         """Lists, enqueues, skips or refuses one entry; True when a cap stops the walk here."""
-        if entry.is_symlink():
-            return False
         is_dir = entry.is_dir(follow_symlinks=False)
         if not is_dir and not entry.is_file(follow_symlinks=False):
-            return False  # FIFOs, sockets, devices
+            return False  # links, FIFOs, sockets, devices
         refusal = path_refusal(rel)
         if refusal is not None:
             below = "; nothing under it is listed either" if is_dir else ""

@@ -74,7 +74,8 @@ def _inside(path: str, prefix: str | None) -> bool:
     if prefix is None:
         return False
     prefixes, paths = {os.path.abspath(prefix)}, {os.path.abspath(path)}
-    with contextlib.suppress(OSError):  # a link loop: only the path as written counts
-        prefixes.add(real_path(prefix, strict=False))
-        paths.add(real_path(path, strict=False))
+    with contextlib.suppress(OSError):  # missing, or a link loop: the path as written counts
+        prefixes.add(real_path(prefix))
+    with contextlib.suppress(OSError):
+        paths.add(real_path(path))
     return any(is_within(p, q) for p in paths for q in prefixes)

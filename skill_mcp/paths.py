@@ -47,11 +47,12 @@ def path_refusal(rel: object) -> str | None:
     return None
 
 
-def real_path(path: str, strict: bool = True) -> str:
-    """os.path.realpath, except that a link loop Python follows without end (one through /proc/<pid>/root into
-    another mount namespace) is the OSError (ELOOP) it is, not a RecursionError that would end the server."""
+def real_path(path: str) -> str:
+    """os.path.realpath(strict=True), except that a link loop Python follows without end (one through
+    /proc/<pid>/root into another mount namespace) is the OSError (ELOOP) it is, not a RecursionError that would
+    end the server."""
     try:
-        return os.path.realpath(path, strict=strict)
+        return os.path.realpath(path, strict=True)
     except RecursionError:
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path) from None
 

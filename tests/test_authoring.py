@@ -66,6 +66,12 @@ def test_each_spec_rule_fires_alone_on_its_fixture(root: Path, rule: str) -> Non
     assert "\n" not in findings[0].detail
 
 
+def test_a_name_finding_quotes_the_name_as_json(root: Path) -> None:
+    skill = served_skill(root, 'name: "Bad\\"\\n\\nHint: x"\ndescription: d\n')
+    (finding,) = spec_findings(skill)
+    assert finding.detail.startswith('frontmatter name "Bad\\"\\n\\nHint: x" is not 1-64 lowercase')
+
+
 def test_a_valid_skill_at_every_limit_draws_no_spec_finding(root: Path) -> None:
     assert spec_findings(served_skill(root, VALID, "good-skill")) == []
 

@@ -12,6 +12,7 @@ import pytest
 from conftest import make_skill
 from support import as_unprivileged, mount_namespace, world_readable_dir
 
+from skill_mcp import catalog as catalog_module
 from skill_mcp import paths
 from skill_mcp.catalog import discover
 from skill_mcp.limits import MAX_SKILL_MD_BYTES, MAX_UNUSABLE_PATH_PROBLEMS, MAX_WALK_ENTRIES
@@ -435,6 +436,32 @@ def test_root_skill_whose_skill_md_links_outside_is_refused(tmp_path, root):
     assert problem.path == str(root) and "SKILL.md" in problem.detail
 
 
+def test_skill_md_linking_to_its_own_directory_is_not_inside_it(root):
+    (root / "selfish").mkdir()
+    (root / "selfish" / "SKILL.md").symlink_to(".")
+    problem = only_problem(discover([str(root)], 32), "symlink-escape")
+    assert problem.path == str(root / "selfish") and "SKILL.md" in problem.detail
+
+
+def test_an_entry_linking_to_its_root_is_the_root_already_scanned(root):
+    make_skill(root, "alpha")
+    (root / "here").symlink_to(".")
+    catalog = discover([str(root)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
+
+
+def test_a_root_or_skills_link_python_would_follow_without_end_is_reported(tmp_path):
+    # As for an entry: os.path.realpath recursed on these until RecursionError, which ended discovery.
+    root = tmp_path / "root"
+    root.mkdir()
+    setup = f'mount -t tmpfs none "{tmp_path}" && mkdir -p "{root}/skills" "{tmp_path}/looping-root"'
+    with mount_namespace(setup) as namespace_root:
+        (tmp_path / "looping-root").symlink_to(f"{namespace_root}{tmp_path}/looping-root")
+        (root / "skills").symlink_to(f"{namespace_root}{root}/skills")
+        catalog = discover([str(tmp_path / "looping-root"), str(root)], 32)
+    assert reasons(catalog) == [(str(tmp_path / "looping-root"), "root-unreadable"), (str(root / "skills"), "symlink-escape")]
+
+
 def test_skill_md_linking_inside_its_skill_is_followed(root):
     skill_dir = make_skill(root, "alpha", files={"docs/real.md": "---\nname: alpha\n---\nLinked body.\n"})
     (skill_dir / "SKILL.md").unlink()
@@ -595,6 +622,33 @@ def test_unaddressable_paths_are_reported_one_by_one_only_up_to_the_cap(root):
     assert [entry.path for entry in served(catalog, "flood").manifest] == ["SKILL.md", "ok.txt"]
     assert reasons(catalog) == [(str(skill_dir), "unusable-path")] * (MAX_UNUSABLE_PATH_PROBLEMS + 1)
     assert catalog.problems[-1].detail.startswith("8 more paths cannot be addressed by skill_file either")
+
+
+def test_a_skill_holding_exactly_as_many_entries_as_the_walk_examines_is_walked_whole(root):
+    skill_dir = make_skill(root, "wide", files={"docs/a.md": "a"})
+    for index in range(MAX_WALK_ENTRIES - 3):  # with SKILL.md, docs and docs/a.md: exactly the budget
+        os.mkfifo(skill_dir / f"f{index:05d}")
+    catalog = discover([str(root)], 32)
+    assert catalog.problems == ()
+    assert [entry.path for entry in served(catalog, "wide").manifest] == ["SKILL.md", "docs/a.md"]
+
+
+def test_the_walk_budget_spans_the_whole_skill_not_one_directory(root):
+    skill_dir = make_skill(root, "wide", files={"docs/a.md": "a"})
+    for index in range(MAX_WALK_ENTRIES // 2):
+        os.mkfifo(skill_dir / f"f{index:05d}")
+        os.mkfifo(skill_dir / "docs" / f"g{index:05d}")
+    problem = only_problem(discover([str(root)], 32), "file-limit")
+    assert f"more than {MAX_WALK_ENTRIES} entries" in problem.detail
+
+
+def test_a_listing_reads_at_most_what_it_is_asked_for_and_closes_its_descriptor(tmp_path):
+    for index in range(10):
+        (tmp_path / f"f{index}").write_text("x")
+    before = len(os.listdir("/proc/self/fd"))
+    with catalog_module._listing(str(tmp_path), 3) as entries:
+        assert len(entries) == 3
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def test_a_skill_holding_more_entries_than_the_walk_examines_stops_with_file_limit(root):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skill_mcp.paths import PATH_HINT, describe_refusal, path_refusal
+from skill_mcp.paths import PATH_HINT, describe_refusal, is_within, path_refusal
 
 EMPTY_SEGMENT = 'it has an empty segment (leading, trailing or doubled "/")'
 
@@ -121,3 +121,18 @@ def test_refusal_is_none_or_a_reason_from_the_table(rel):
         'it has a ".." segment', "it has a whitespace-only segment",
     }
     assert path_refusal(rel) in reasons
+
+
+@pytest.mark.parametrize(
+    ("path", "base", "strictly", "within"),
+    [
+        ("/r/skill/a.md", "/r/skill", False, True),
+        ("/r/skill", "/r/skill", False, True),
+        ("/r/skill", "/r/skill", True, False),
+        ("/r/skill-evil/a.md", "/r/skill", False, False),  # a sibling sharing the name as a prefix
+        ("/r/skill/a.md", "/r/skill/", False, True),
+        ("/r", "/r/skill", False, False),
+    ],
+)
+def test_is_within_compares_whole_segments(path, base, strictly, within):
+    assert is_within(path, base, strictly=strictly) is within

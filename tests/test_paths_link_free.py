@@ -99,3 +99,21 @@ def test_a_fifo_swapped_in_between_the_lstat_and_the_open_goes_to_the_full_check
     with fails_after(5), pytest.raises(paths.NotRegularFile):
         SkillDir(str(skill)).open("scripts/ok.js")
     assert stat.S_ISFIFO(os.lstat(target).st_mode)
+
+
+def test_a_directory_is_opened_link_free_in_one_call(skill, monkeypatch):
+    # Where openat2 works the walk's directories need no path check after the open (the fallback's realpath).
+    def no_fallback(path):
+        raise AssertionError(f"the fallback check ran for {path}")
+
+    monkeypatch.setattr(paths, "real_path", no_fallback)
+    fd = paths.open_directory_in_place(str(skill / "scripts"))
+    assert fd is not None
+    try:
+        assert stat.S_ISDIR(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+    os.symlink(skill / "scripts", skill / "linked")
+    assert paths.open_directory_in_place(str(skill / "linked")) is None
+    assert paths.open_directory_in_place(str(skill / "linked" / "lib")) is None  # refused by the kernel alone
+    assert paths.open_directory_in_place(str(skill / "scripts" / "ok.js")) is None  # a file is no directory

@@ -478,6 +478,13 @@ async def test_resources_list_metadata(deployment, tree, era):
     ]
 
 
+async def test_only_the_skills_own_skill_md_is_named_after_the_skill(tmp_path, era):
+    write_skill(tmp_path, "alpha", None, "Body.\n", {"docs/SKILL.md": "a nested SKILL.md is a file like any other\n"})
+    async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
+        listed = wire(await client.list_resources())
+    assert [resource["name"] for resource in listed["resources"]] == ["alpha", "alpha/docs/SKILL.md"]
+
+
 async def test_resources_list_serves_every_file_of_a_later_larger_skill(root, era):
     # §8.2: every file is reachable; a skill after a smaller one on the same page keeps all its files.
     write_skill(root, "alpha")

@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -215,15 +217,32 @@ async def test_what_the_script_leaves_in_its_session_dies_with_it(
     if exit_watch == "thread":
         monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     result = await run_fixture("python3", fixture)
-    child = grandchild_pid(result.stdout)
+    children = [int(pid) for pid in re.findall(r"grandchild (\d+)", result.stdout)]
     try:
         assert (result.exit_code, result.timed_out) == (0, False)
         deadline = time.monotonic() + 2
-        while not _gone(child) and time.monotonic() < deadline:
+        while not all(map(_gone, children)) and time.monotonic() < deadline:
             await anyio.sleep(0.02)
-        assert _gone(child)
+        assert [_gone(child) for child in children] == [True] * len(children)
     finally:
-        kill_quietly(child)
+        for child in children:
+            kill_quietly(child)
+
+
+def test_killing_a_group_whose_leader_is_gone_still_reports_its_session(tmp_path: Path) -> None:
+    # The leader exited (and was reaped): its group is empty, but a child it moved to a group of its own is
+    # still in its session, and is what was signalled.
+    leader = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "regrouped_child.py")], stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    children = [int(pid) for pid in re.findall(r"grandchild (\d+)", leader.communicate()[0])]
+    try:
+        assert kill_process_group(leader.pid) is True
+        assert kill_process_group(leader.pid) is False  # nothing left to signal
+    finally:
+        for child in children:
+            kill_quietly(child)
 
 
 def _gone(pid: int) -> bool:

@@ -326,6 +326,15 @@ def test_console_log_format_shows_terminal_escapes_in_names_as_text(tree):
     assert "\x1b" not in text and "clear\\u001b[2J" in text
 
 
+def test_json_logs_carry_a_name_with_terminal_escapes_exactly(tree):
+    (tree / "clear\x1b[2J").mkdir()  # JSON escapes it already: the value a reader decodes is the real path
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        client.close_stdin()
+        assert client.wait() == 0
+    paths = [event["path"] for event in client.log_events() if event["event"] == "problem"]
+    assert str(tree / "clear\x1b[2J") in paths
+
+
 def test_log_level_error_silences_info_and_warning(tree):
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_LOG_LEVEL="ERROR")) as client:
         legacy_handshake(client)
