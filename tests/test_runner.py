@@ -239,6 +239,9 @@ def test_killing_a_group_whose_leader_is_gone_still_reports_its_session(tmp_path
     children = [int(pid) for pid in re.findall(r"grandchild (\d+)", leader.communicate()[0])]
     try:
         assert kill_process_group(leader.pid) is True
+        deadline = time.monotonic() + 5
+        while not all(map(_gone, children)) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
+            time.sleep(0.01)
         assert kill_process_group(leader.pid) is False  # nothing left to signal
     finally:
         for child in children:
