@@ -285,6 +285,8 @@ def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> tuple[t
 
 
 class _ManifestWalk:
+    """One skill's walk: what it lists, what is queued, and the budgets that bound it."""
+
     def __init__(self, refuse: Callable[[str, str], None]) -> None:
         self.refuse = refuse
         self.files: list[ManifestEntry] = []

@@ -100,25 +100,24 @@ class Openat2:
     a path (for reading, unless other flags are given) only when none of the path's components is a link."""
 
     SYSCALL_NUMBERS = {"x86_64": 437, "aarch64": 437}
-    RESOLVE_NO_SYMLINKS = 0x04
-    _AT_FDCWD = -100
+    _AT_FDCWD, _RESOLVE_NO_SYMLINKS = -100, 0x04
 
-    def __init__(self, number: int, flags: int = _READ_FLAGS, resolve: int = RESOLVE_NO_SYMLINKS) -> None:
+    def __init__(self, number: int, flags: int = _READ_FLAGS) -> None:
         self._number = number
         self._syscall = ctypes.CDLL(None, use_errno=True).syscall
         self._syscall.restype = ctypes.c_long
         self._syscall.argtypes = (ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
-        self._how = _OpenHow(flags, 0, resolve)
+        self._how = _OpenHow(flags, 0, self._RESOLVE_NO_SYMLINKS)
         self._how_ref, self._how_size = ctypes.byref(self._how), ctypes.sizeof(self._how)
         self.usable = True
 
     @classmethod
-    def for_this_machine(cls, flags: int = _READ_FLAGS, resolve: int = RESOLVE_NO_SYMLINKS) -> Openat2 | None:
+    def for_this_machine(cls, flags: int = _READ_FLAGS) -> Openat2 | None:
         number = cls.SYSCALL_NUMBERS.get(os.uname().machine) if sys.platform == "linux" else None
-        return cls(number, flags, resolve) if number is not None else None
+        return cls(number, flags) if number is not None else None
 
     def __call__(self, path: str) -> int | None:
-        """A descriptor on `path`; None when the resolve rules refuse it or the open fails for any reason."""
+        """A descriptor on `path`; None when a component is a link or the open fails for any reason."""
         if not self.usable:
             return None
         fd = self._syscall(self._number, self._AT_FDCWD, os.fsencode(path), self._how_ref, self._how_size)
@@ -153,10 +152,11 @@ def open_directory_in_place(directory: str) -> int | None:
     """A descriptor for listing `directory`, a real path, or None when it cannot be opened or is no longer there
     (it, or a directory on the way, was swapped for a link). Entries are then read and stat'ed through the
     descriptor, so a swap after this check changes nothing about what is listed."""
-    if _OPEN_DIRECTORY_LINK_FREE is not None and _OPEN_DIRECTORY_LINK_FREE.usable:
-        fd = _OPEN_DIRECTORY_LINK_FREE(directory)  # a real path has no link in it, unless one was swapped in
-        if fd is not None or _OPEN_DIRECTORY_LINK_FREE.usable:
+    if _OPEN_DIRECTORY_LINK_FREE is not None:
+        fd = _OPEN_DIRECTORY_LINK_FREE(directory)  # one call for the usual directory, which has no link on its path
+        if fd is not None:
             return fd
+    # Anything else (a link swapped in, an error openat2 may give for its own reasons, no openat2): the checked open.
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:

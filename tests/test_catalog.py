@@ -873,6 +873,13 @@ def test_the_walk_lists_a_directory_only_where_discovery_found_it(tmp_path, dire
     assert open_directory_in_place(str(tmp_path / "link")) is None  # a link itself is never opened
 
 
+def test_a_directory_openat2_refuses_for_its_own_reasons_is_still_listed_by_the_checked_open(root, monkeypatch):
+    # A filter may answer openat2 with an errno of its own: then every manifest would have been empty.
+    monkeypatch.setattr(paths, "_OPEN_DIRECTORY_LINK_FREE", lambda path: None)
+    make_skill(root, "alpha", files={"docs/a.md": "a"})
+    assert [entry.path for entry in served(discover([str(root)], 32), "alpha").manifest] == ["SKILL.md", "docs/a.md"]
+
+
 def test_the_walk_lists_nothing_through_a_link_into_another_mount_namespace(tmp_path, directory_opening):
     # There the skill's path holds a directory of secrets; here an ancestor was swapped for a link to it through
     # /proc/<pid>/root, so the kernel names what the walk opened by the very path discovery found.

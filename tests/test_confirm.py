@@ -307,7 +307,9 @@ def test_pruning_skips_what_is_not_a_record_without_blocking(tmp_path):
     store = FileSpentStore(str(tmp_path))
     store.spend("AAAAAAAAAAAAAAAAAAAAAA", NOW + 10, NOW)
     os.mkfifo(os.path.join(store.directory, "BBBBBBBBBBBBBBBBBBBBBB"))
-    os.symlink("/dev/zero", os.path.join(store.directory, "CCCCCCCCCCCCCCCCCCCCCC"))
+    expired_elsewhere = tmp_path / "elsewhere"
+    expired_elsewhere.write_text("1")  # read through the link, it would look expired, and the link be pruned
+    os.symlink(expired_elsewhere, os.path.join(store.directory, "CCCCCCCCCCCCCCCCCCCCCC"))
     spent = []
     worker = threading.Thread(target=lambda: spent.append(store.spend(NONCE_TEXT, NOW + 600000, NOW + 20)), daemon=True)
     worker.start()

@@ -321,3 +321,9 @@ def test_findings_order_unknown_keys_then_run_env_egress():
         '"mcp-host.env" is not a list (ignored)',
         '"mcp-host.egress" is not a list (ignored)',
     ]
+
+
+def test_a_script_declared_twice_is_quoted_as_json():
+    entry = {"script": 'a"b\n.py', "interpreter": "python3"}
+    _, findings = read_declaration({"mcp-host": {"version": 1, "run": [entry, entry]}})
+    assert any('"a\\"b\\n.py" a second time' in finding for finding in findings), findings

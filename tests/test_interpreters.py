@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from skill_mcp.config import ConfigWarning, load_config
-from skill_mcp.interpreters import find_interpreters, server_venv_prefix
+from skill_mcp.interpreters import _inside, find_interpreters, server_venv_prefix
 
 
 def executable(path, mode=0o755):
@@ -119,3 +119,9 @@ def test_override_link_to_an_executable_is_followed(tree):
 def test_server_venv_prefix_reads_sys():
     expected = sys.prefix if sys.prefix != sys.base_prefix else None
     assert server_venv_prefix() == expected
+
+
+def test_a_sibling_sharing_the_venvs_name_as_a_prefix_is_not_inside_it(tmp_path):
+    (tmp_path / "venv").mkdir()
+    assert _inside(str(tmp_path / "venv2" / "bin" / "python3"), str(tmp_path / "venv")) is False
+    assert _inside(str(tmp_path / "venv" / "bin" / "python3"), str(tmp_path / "venv")) is True

@@ -115,5 +115,15 @@ def test_a_directory_is_opened_link_free_in_one_call(skill, monkeypatch):
         os.close(fd)
     os.symlink(skill / "scripts", skill / "linked")
     assert paths.open_directory_in_place(str(skill / "linked")) is None
-    assert paths.open_directory_in_place(str(skill / "linked" / "lib")) is None  # refused by the kernel alone
     assert paths.open_directory_in_place(str(skill / "scripts" / "ok.js")) is None  # a file is no directory
+
+
+def test_the_opener_gives_up_for_good_when_a_filter_refuses_the_call(monkeypatch):
+    # A container runtime's seccomp filter answers EPERM: trying again would cost a wasted system call on every read.
+    import errno
+
+    opener = Openat2(number=437)
+    monkeypatch.setattr(opener, "_syscall", lambda *arguments: -1)
+    monkeypatch.setattr(paths.ctypes, "get_errno", lambda: errno.EPERM)
+    assert opener("/") is None
+    assert not opener.usable

@@ -229,20 +229,43 @@ async def test_what_the_script_leaves_in_its_session_dies_with_it(
             kill_quietly(child)
 
 
-def test_killing_a_group_whose_leader_is_gone_still_reports_its_session(tmp_path: Path) -> None:
-    # The leader exited (and was reaped): its group is empty, but a child it moved to a group of its own is
-    # still in its session, and is what was signalled.
+def _session(*args: str) -> tuple[subprocess.Popen, list[int]]:
+    """regrouped_child.py as a script's session leader, run to its exit (reaped); its regrouped children live."""
     leader = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "regrouped_child.py")], stdout=subprocess.PIPE, text=True,
+        [sys.executable, str(SCRIPTS / "regrouped_child.py"), *args], stdout=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-    children = [int(pid) for pid in re.findall(r"grandchild (\d+)", leader.communicate()[0])]
+    return leader, [int(pid) for pid in re.findall(r"grandchild (\d+)", leader.communicate()[0])]
+
+
+def _all_gone(children: list[int], seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while not all(map(_gone, children)) and time.monotonic() < deadline:  # a signal lands asynchronously
+        time.sleep(0.01)
+    return all(map(_gone, children))
+
+
+def test_killing_a_group_whose_leader_is_gone_still_reports_its_session() -> None:
+    # The leader exited (and was reaped): its group is empty, but the children it moved to groups of their own
+    # are still in its session, and are what was signalled.
+    leader, children = _session("6")
     try:
+        assert len(children) == 6
         assert kill_process_group(leader.pid) is True
-        deadline = time.monotonic() + 5
-        while not all(map(_gone, children)) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
-            time.sleep(0.01)
+        assert _all_gone(children)
         assert kill_process_group(leader.pid) is False  # nothing left to signal
+    finally:
+        for child in children:
+            kill_quietly(child)
+
+
+def test_a_timeouts_sigterm_reaches_every_group_of_the_session(tmp_path: Path) -> None:
+    marker = tmp_path / "terms"
+    leader, children = _session("3", str(marker))
+    try:
+        assert kill_process_group(leader.pid, signal.SIGTERM) is True
+        assert _all_gone(children)
+        assert marker.read_text() == "term\n" * 3
     finally:
         for child in children:
             kill_quietly(child)
