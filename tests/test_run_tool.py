@@ -720,7 +720,8 @@ async def test_path2_acceptance_bound_to_no_valid_state_is_logged_as_asked_again
     async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as client:
         state = assert_asked(await ask(client, call()), fence)
         with capture_logs() as logs:
-            await ask(client, call(), input_responses={"confirm": ACCEPT}, request_state=state[:-2] + "AA")
+            forged = state[:-2] + ("AA" if not state.endswith("AA") else "BB")  # one in 1024 states ends in AA
+            await ask(client, call(), input_responses={"confirm": ACCEPT}, request_state=forged)
             await ask(client, call(), input_responses={"confirm": ACCEPT})
     decisions = [e["decision"] for e in events(logs) if e["event"] == "run.confirm"]
     assert decisions == ["asked", "failed"]
