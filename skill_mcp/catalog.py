@@ -20,8 +20,8 @@ from skill_mcp.limits import (
     MAX_DIRS_PER_SKILL,
     MAX_FILES_PER_SKILL,
     MAX_SKILL_MD_BYTES,
+    MAX_UNLISTED_ENTRIES,
     MAX_UNUSABLE_PATH_PROBLEMS,
-    MAX_WALK_ENTRIES,
     SKILL_MD,
     SKILL_NAME_PATTERN,
 )
@@ -88,12 +88,12 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
         return scan
     if real_root in scanned_dirs:
         return scan  # the same root configured twice, or another root's `skills`
-    scanned_dirs.add(real_root)
-    if os.path.isfile(os.path.join(real_root, SKILL_MD)):
+    if os.path.isfile(os.path.join(real_root, SKILL_MD)):  # layout A: a skill, whose entries are not scanned here
         if real_root not in seen_dirs:  # else a skill another root already holds
             seen_dirs.add(real_root)
             scan.candidates.append(real_root)
         return scan
+    scanned_dirs.add(real_root)
     seen_dirs.add(real_root)
     _scan_entries(scan, root, real_root, real_root, seen_dirs, at_root=True)
     real_skills_entry = os.path.join(real_root, "skills")
@@ -126,7 +126,8 @@ def _scan_entries(
         with os.scandir(real_scan_path) as listing:
             entries = sorted(listing, key=lambda entry: entry.name)
     except OSError as error:
-        scan.problems.append(Problem(scan_path, "root-unreadable", f"cannot list this directory: {os_error_text(error)}"))
+        detail = f"cannot list this directory: {os_error_text(error)}"
+        scan.problems.append(Problem(scan_path, "root-unreadable", detail))
         return
     for entry in entries:
         if entry.name.startswith("."):
@@ -292,23 +293,17 @@ class _ManifestWalk:
         self.files: list[ManifestEntry] = []
         self.queue: deque[tuple[str, str]] = deque()
         self.dirs_enqueued = 0
-        self.entries_left = MAX_WALK_ENTRIES
+        self.unlisted_left = MAX_UNLISTED_ENTRIES
         self.unusable_reported = self.unusable_unreported = 0
 
     def run(self, real_dir: str) -> bool:
         self.queue.append((real_dir, ""))
         while self.queue:
             directory, prefix = self.queue.popleft()
-            with _listing(directory, self.entries_left + 1) as entries:
-                if len(entries) > self.entries_left:
-                    self.refuse(
-                        "file-limit",
-                        f"this skill holds more than {MAX_WALK_ENTRIES} entries (files, directories, links and names "
-                        f"skill_file cannot address); the manifest lists the {len(self.files)} files found; "
-                        "the rest is not walked",
-                    )
-                    return True
-                self.entries_left -= len(entries)
+            # Every entry is listed, walked or charged to a cap, so reading one more than the caps leave is enough
+            # to stop at one of them; a directory of millions of names is never read whole.
+            room = self.unlisted_left + MAX_FILES_PER_SKILL - len(self.files) + MAX_DIRS_PER_SKILL - self.dirs_enqueued
+            with _listing(directory, room + 1) as entries:
                 for entry in entries:
                     if self._take(entry, directory, prefix + entry.name):
                         return True
@@ -318,13 +313,13 @@ class _ManifestWalk:
         """Lists, enqueues, skips or refuses one entry; True when a cap stops the walk here."""
         is_dir = entry.is_dir(follow_symlinks=False)
         if not is_dir and not entry.is_file(follow_symlinks=False):
-            return False  # links, FIFOs, sockets, devices
+            return self._unlisted()  # links, FIFOs, sockets, devices
         refusal = path_refusal(rel)
         if refusal is not None:
             below = "; nothing under it is listed either" if is_dir else ""
             self._refuse_unusable(f"{quoted_path(rel)} cannot be addressed by skill_file ({refusal}), so it is not "
                                   f"listed{below}")
-            return False
+            return self._unlisted()
         if is_dir:
             if self.dirs_enqueued == MAX_DIRS_PER_SKILL:
                 self.refuse(
@@ -345,6 +340,18 @@ class _ManifestWalk:
             return True
         self.files.append(ManifestEntry(rel, entry.stat(follow_symlinks=False).st_size))
         return False
+
+    def _unlisted(self) -> bool:
+        """Charges an entry that is neither listed nor walked; True when that budget is spent."""
+        self.unlisted_left -= 1
+        if self.unlisted_left >= 0:
+            return False
+        self.refuse(
+            "file-limit",
+            f"this skill holds more than {MAX_UNLISTED_ENTRIES} entries that are not listed (links, FIFOs, names "
+            f"skill_file cannot address); the manifest lists the {len(self.files)} files found; the rest is not walked",
+        )
+        return True
 
     def _refuse_unusable(self, detail: str) -> None:
         if self.unusable_reported < MAX_UNUSABLE_PATH_PROBLEMS:

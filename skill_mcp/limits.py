@@ -7,9 +7,9 @@ MAX_SKILLS_DEFAULT = 32
 MAX_SKILLS_CEILING = 4096
 MAX_FILES_PER_SKILL = 2000
 MAX_DIRS_PER_SKILL = 2000
-# Not in the spec, which caps what is listed: names that are skipped or refused must not cost a skill's walk, its
+# Not in the spec, which caps what is listed: entries that are skipped or refused must not cost a skill's walk, its
 # problems and so every listing without bound (R3).
-MAX_WALK_ENTRIES = 16384
+MAX_UNLISTED_ENTRIES = 16384
 MAX_UNUSABLE_PATH_PROBLEMS = 32
 SKILL_MD = "SKILL.md"
 MAX_SKILL_MD_BYTES = 262144

@@ -15,7 +15,7 @@ from support import as_unprivileged, mount_namespace, world_readable_dir
 from skill_mcp import catalog as catalog_module
 from skill_mcp import paths
 from skill_mcp.catalog import discover
-from skill_mcp.limits import MAX_SKILL_MD_BYTES, MAX_UNUSABLE_PATH_PROBLEMS, MAX_WALK_ENTRIES
+from skill_mcp.limits import MAX_SKILL_MD_BYTES, MAX_UNLISTED_ENTRIES, MAX_UNUSABLE_PATH_PROBLEMS
 from skill_mcp.model import ManifestEntry, Problem
 from skill_mcp.paths import open_directory_in_place
 
@@ -308,6 +308,17 @@ def test_a_root_that_is_another_roots_skills_directory_is_scanned_once(tmp_path,
         (str(root / "skills" / "alias"), "name-mismatch"),
         (str(root / "skills" / "out"), "symlink-escape"),
     ]
+
+
+@pytest.mark.parametrize("order", ["skill-root-first", "outer-first"])
+def test_a_root_that_is_a_skill_and_another_roots_skills_directory_keeps_its_nested_skills(root, order):
+    # `root/skills` holds a SKILL.md (a skill, layout A, when configured itself) and is the outer root's layout C
+    # directory, whose entries are skills too: whichever root comes first, both are found.
+    make_skill(root, "skills")
+    make_skill(root / "skills", "inner")
+    roots = [str(root / "skills"), str(root)]
+    catalog = discover(roots if order == "skill-root-first" else roots[::-1], 32)
+    assert sorted(names(catalog)) == ["inner", "skills"]
 
 
 def test_a_skill_another_root_already_read_is_not_read_again_as_a_root(root):
@@ -624,22 +635,33 @@ def test_unaddressable_paths_are_reported_one_by_one_only_up_to_the_cap(root):
     assert catalog.problems[-1].detail.startswith("8 more paths cannot be addressed by skill_file either")
 
 
-def test_a_skill_holding_exactly_as_many_entries_as_the_walk_examines_is_walked_whole(root):
+def test_a_skill_with_exactly_as_many_unlisted_entries_as_the_walk_allows_is_walked_whole(root):
     skill_dir = make_skill(root, "wide", files={"docs/a.md": "a"})
-    for index in range(MAX_WALK_ENTRIES - 3):  # with SKILL.md, docs and docs/a.md: exactly the budget
+    for index in range(MAX_UNLISTED_ENTRIES):
         os.mkfifo(skill_dir / f"f{index:05d}")
     catalog = discover([str(root)], 32)
     assert catalog.problems == ()
     assert [entry.path for entry in served(catalog, "wide").manifest] == ["SKILL.md", "docs/a.md"]
 
 
-def test_the_walk_budget_spans_the_whole_skill_not_one_directory(root):
+def test_the_unlisted_budget_spans_the_whole_skill_not_one_directory(root):
     skill_dir = make_skill(root, "wide", files={"docs/a.md": "a"})
-    for index in range(MAX_WALK_ENTRIES // 2):
+    for index in range(MAX_UNLISTED_ENTRIES // 2 + 1):
         os.mkfifo(skill_dir / f"f{index:05d}")
         os.mkfifo(skill_dir / "docs" / f"g{index:05d}")
     problem = only_problem(discover([str(root)], 32), "file-limit")
-    assert f"more than {MAX_WALK_ENTRIES} entries" in problem.detail
+    assert f"more than {MAX_UNLISTED_ENTRIES} entries that are not listed" in problem.detail
+
+
+def test_a_directory_of_more_files_than_every_budget_still_lists_the_first_2000(root):
+    # Files count against the file cap, not the unlisted budget: a directory this large lists its first 2000.
+    skill_dir = make_skill(root, "huge")
+    for index in range(MAX_UNLISTED_ENTRIES + 1000):
+        (skill_dir / f"f{index:05d}.txt").touch()
+    catalog = discover([str(root)], 32)
+    manifest = [entry.path for entry in served(catalog, "huge").manifest]
+    assert manifest == ["SKILL.md", *(f"f{index:05d}.txt" for index in range(1999))]
+    assert "more than 2000 files" in only_problem(catalog, "file-limit").detail
 
 
 def test_a_listing_reads_at_most_what_it_is_asked_for_and_closes_its_descriptor(tmp_path):
@@ -651,13 +673,14 @@ def test_a_listing_reads_at_most_what_it_is_asked_for_and_closes_its_descriptor(
     assert len(os.listdir("/proc/self/fd")) == before
 
 
-def test_a_skill_holding_more_entries_than_the_walk_examines_stops_with_file_limit(root):
+def test_a_skill_holding_more_unlisted_entries_than_the_walk_allows_stops_with_file_limit(root):
     skill_dir = make_skill(root, "wide")
-    for index in range(MAX_WALK_ENTRIES):  # with SKILL.md, one more than the walk examines; none is listed
+    for index in range(MAX_UNLISTED_ENTRIES + 1):
         os.mkfifo(skill_dir / f"f{index:05d}")
     catalog = discover([str(root)], 32)
     problem = only_problem(catalog, "file-limit")
-    assert f"more than {MAX_WALK_ENTRIES} entries" in problem.detail
+    assert f"more than {MAX_UNLISTED_ENTRIES} entries that are not listed" in problem.detail
+    assert [entry.path for entry in served(catalog, "wide").manifest] == ["SKILL.md"]
     assert served(catalog, "wide").file_limit_hit
 
 
