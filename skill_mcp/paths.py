@@ -130,6 +130,7 @@ class Openat2:
 
 _OPEN_LINK_FREE = Openat2.for_this_machine()
 _OPEN_DIRECTORY_LINK_FREE = Openat2.for_this_machine(os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+_OPEN_HANDLE_LINK_FREE = Openat2.for_this_machine(os.O_PATH | os.O_CLOEXEC) if _CHECK_THEN_OPEN else None
 
 
 def _descriptor_path(fd: int) -> str:
@@ -139,6 +140,13 @@ def _descriptor_path(fd: int) -> str:
 
 def _is_real_path_here(path: str, status: os.stat_result) -> bool:
     """Whether `path` is, in this process's view, a path with no link in it to the file `status` describes."""
+    handle = _OPEN_HANDLE_LINK_FREE(path) if _OPEN_HANDLE_LINK_FREE is not None else None
+    if handle is not None:  # three system calls, where realpath takes one per component
+        try:
+            here = os.fstat(handle)
+        finally:
+            os.close(handle)
+        return (here.st_dev, here.st_ino) == (status.st_dev, status.st_ino)
     try:
         if real_path(path) != path:
             return False

@@ -869,13 +869,16 @@ def test_unlistable_root_is_unreadable():
     assert reasons(catalog) == [(str(root), "root-unreadable")]
 
 
-@pytest.fixture(params=["openat2", "no-openat2", "no-proc"])
+@pytest.fixture(params=["openat2", "checked-with-openat2", "no-openat2", "no-proc"])
 def directory_opening(request, monkeypatch):
-    """Each way the walk can open a directory: link-free with openat2, else by path checked after the open."""
-    if request.param == "openat2" and paths._OPEN_DIRECTORY_LINK_FREE is None:
+    """Each way the walk can open a directory: link-free with openat2, else by path checked after the open (its
+    path checked link-free with openat2, or by realpath)."""
+    if request.param in ("openat2", "checked-with-openat2") and paths._OPEN_DIRECTORY_LINK_FREE is None:
         pytest.skip("no openat2 here")
     if request.param != "openat2":
         monkeypatch.setattr(paths, "_OPEN_DIRECTORY_LINK_FREE", None)
+    if request.param in ("no-openat2", "no-proc"):
+        monkeypatch.setattr(paths, "_OPEN_HANDLE_LINK_FREE", None)
     if request.param == "no-proc":
         monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
 
@@ -924,6 +927,7 @@ def test_the_walk_never_opens_a_link_as_a_directory_where_no_descriptor_path_is_
     # link from being listed from where the link leads.
     monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
     monkeypatch.setattr(paths, "_OPEN_DIRECTORY_LINK_FREE", None)
+    monkeypatch.setattr(paths, "_OPEN_HANDLE_LINK_FREE", None)
     (tmp_path / "outside" / "docs").mkdir(parents=True)
     (tmp_path / "outside" / "docs" / "secret.txt").write_text("secret")
     os.symlink(tmp_path / "outside" / "docs", tmp_path / "link")

@@ -18,7 +18,7 @@ def resolution(request, monkeypatch):
     if request.param == "check-then-open" and not paths._CHECK_THEN_OPEN:
         pytest.skip("no O_PATH and /proc here")
     if request.param != "link-free-first":  # as where there is no openat2
-        for opener in ("_OPEN_LINK_FREE", "_OPEN_DIRECTORY_LINK_FREE"):
+        for opener in ("_OPEN_LINK_FREE", "_OPEN_DIRECTORY_LINK_FREE", "_OPEN_HANDLE_LINK_FREE"):
             monkeypatch.setattr(paths, opener, None)
     if request.param == "realpath":
         monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", False)
