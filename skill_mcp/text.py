@@ -12,8 +12,9 @@ _SHOWN_CHARS = 120
 _SHOWN_PATH_CHARS = 4 * MAX_PATH_CHARS
 # C1 controls and the bidirectional marks and overrides that reorder how a line is shown; C0 controls too.
 _REORDERING = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_REORDERING_CHARACTERS = re.compile(f"[{_REORDERING}]")
 _TERMINAL_CONTROLS = re.compile(f"[\x00-\x1f{_REORDERING}]")
+# In what a person approves, also what shows as nothing (zero-width characters) or as a line break.
+_HIDING_CHARACTERS = re.compile(f"[{_REORDERING}\u200b-\u200d\u2060\ufeff\u2028\u2029]")
 
 
 def quoted(text: str, limit: int = _SHOWN_CHARS) -> str:
@@ -45,9 +46,9 @@ def printable(line: str) -> str:
 
 
 def json_for_people(text: str) -> str:
-    """JSON text a person approves: a character that would reorder or hide the rest (U+202E in a script's name
-    shows what follows it backwards) is written as its escape, which is the same string to a parser."""
-    return _REORDERING_CHARACTERS.sub(_escaped, text)
+    """JSON text a person approves: a character that would reorder or hide what is shown (U+202E in a script's
+    name shows what follows it backwards) is written as its escape, which is the same string to a parser."""
+    return _HIDING_CHARACTERS.sub(_escaped, text)
 
 
 def _escaped(match: re.Match[str]) -> str:

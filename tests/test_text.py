@@ -9,6 +9,7 @@ import pytest
 from skill_mcp.text import encodable, json_for_people, os_error_text, printable, quoted, quoted_path
 
 REORDERING = ["\x85", "\x9b", "\x7f", "\u061c", "\u200e", "\u200f", "\u202a", "\u202e", "\u2066", "\u2069"]
+HIDING = ["\u200b", "\u200d", "\u2060", "\ufeff", "\u2028", "\u2029"]
 
 
 def test_quoted_cuts_past_the_limit_only():
@@ -30,9 +31,17 @@ def test_characters_that_reorder_a_line_are_escaped_for_people(character):
     assert printable(f"a{character}b") == f"a\\u{ord(character):04x}b"
 
 
-def test_only_what_reorders_is_escaped_in_json_for_people():
-    text = json.dumps({"emoji": "👩\u200d💻", "accents": "café", "layout": [1, 2]}, indent=2, ensure_ascii=False)
-    assert json_for_people(text) == text  # a joiner, accents and the layout's line breaks stay
+@pytest.mark.parametrize("character", HIDING)
+def test_what_shows_as_nothing_or_as_a_line_break_is_escaped_for_people_only(character):
+    text = json.dumps(f"scripts/a{character}b.py", ensure_ascii=False)
+    assert json.loads(json_for_people(text)) == f"scripts/a{character}b.py"
+    assert character not in json_for_people(text)
+    assert printable(f"a{character}b") == f"a{character}b"  # a terminal line keeps an emoji's joiner
+
+
+def test_accents_and_the_json_layout_stay_as_they_are_for_people():
+    text = json.dumps({"accents": "café ✓", "layout": [1, 2]}, indent=2, ensure_ascii=False)
+    assert json_for_people(text) == text
 
 
 def test_a_terminal_line_keeps_no_c0_control():
