@@ -19,7 +19,7 @@ from .deployment import Deployment, build_deployment
 from .frontmatter import json_key
 from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_NAME_RULE, INTERPRETERS, is_agent_skills_name
 from .model import Problem, Skill
-from .text import printable, quoted
+from .text import printable, quoted, quoted_path
 from .tools import skill_list
 
 _MAX_COMPATIBILITY_CHARS = 500
@@ -138,7 +138,8 @@ def check_notes(deployment: Deployment) -> list[str]:
         for entry in skill.declaration.runs:
             if entry.interpreter not in INTERPRETERS:
                 notes.append(
-                    f'{skill.name}: "{entry.script}" declares the interpreter {quoted(entry.interpreter)}, and '
+                    f"{skill.name}: {quoted_path(entry.script)} declares the interpreter "
+                    f"{quoted(entry.interpreter)}, and "
                     f"skill-mcp runs only {' and '.join(INTERPRETERS)}, so it never runs"
                 )
     return notes

@@ -146,14 +146,14 @@ def _is_real_path_here(path: str, status: os.stat_result) -> bool:
             here = os.fstat(handle)
         finally:
             os.close(handle)
-        return (here.st_dev, here.st_ino) == (status.st_dev, status.st_ino)
-    try:
-        if real_path(path) != path:
+    else:
+        try:
+            if real_path(path) != path:
+                return False
+            here = os.stat(path, follow_symlinks=False)
+        except OSError:
             return False
-        here = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    return (here.st_dev, here.st_ino) == (status.st_dev, status.st_ino)
+    return os.path.samestat(here, status)
 
 
 def open_directory_in_place(directory: str) -> int | None:
@@ -276,7 +276,7 @@ class SkillDir:
         if fd is None:
             return None
         status = os.fstat(fd)
-        if (status.st_dev, status.st_ino) == (checked.st_dev, checked.st_ino):
+        if os.path.samestat(status, checked):
             return fd, path, status
         os.close(fd)  # swapped since the stat: the full check decides
         return None
