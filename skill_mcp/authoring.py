@@ -17,7 +17,13 @@ from typing import Any
 from .cli import EXIT_OK, EXIT_PROBLEMS
 from .deployment import Deployment, build_deployment
 from .frontmatter import json_key
-from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_NAME_RULE, INTERPRETERS, is_agent_skills_name
+from .limits import (
+    AGENT_SKILLS_MAX_DESCRIPTION_CHARS,
+    AGENT_SKILLS_NAME_RULE,
+    INTERPRETERS,
+    MAX_SKILL_MD_BYTES,
+    is_agent_skills_name,
+)
 from .model import Problem, Skill
 from .text import printable, quoted, quoted_path
 from .tools import skill_list
@@ -127,14 +133,33 @@ def check_lines(report: Mapping[str, Any]) -> list[str]:
 
 def check_notes(deployment: Deployment) -> list[str]:
     """What an author would want to know that is no problem (a problem changes the exit code): which skills were
-    checked when no root was given, and declared scripts no deployment of skill-mcp can ever run."""
+    checked when no root was given or none was found, what a client will not see of a skill, and declared scripts
+    no deployment of skill-mcp can ever run."""
     notes = []
     if deployment.roots_from == "default":
         notes.append(
             "no ROOT argument, MCP_SKILLS_PATH or SKILLS_DIR, so this checked the bundled demo skill; "
             "pass the directory that holds your skills, e.g. `skill-mcp check ./skills`"
         )
+    elif not deployment.skills and not deployment.problems:
+        notes.append(
+            f"no skill was found under {', '.join(deployment.roots)}: a skill is a directory holding a SKILL.md, "
+            "given as a ROOT itself or placed in a ROOT or in its `skills` directory"
+        )
     for skill in deployment.skills:
+        if skill.body_truncated:
+            notes.append(
+                f"{skill.name}: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so skill_load returns only its first "
+                f"{MAX_SKILL_MD_BYTES} bytes (frontmatter included)"
+            )
+        if skill.skipped_count:
+            paths = ", ".join(quoted_path(path) for path in skill.skipped_paths)
+            more = ", …" if skill.skipped_count > len(skill.skipped_paths) else ""
+            notes.append(
+                f"{skill.name}: {skill.skipped_count} symbolic link(s) or special file(s) are not listed, so clients "
+                f"are not offered them: {paths}{more}; skill_file reads a link by its path only while it resolves "
+                "inside the skill"
+            )
         for entry in skill.declaration.runs:
             if entry.interpreter not in INTERPRETERS:
                 notes.append(

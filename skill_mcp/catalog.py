@@ -81,7 +81,7 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
     try:
         real_root = real_path(root)
     except OSError as error:
-        scan.problems.append(Problem(root, "root-unreadable", os_error_text(error)))
+        scan.problems.append(Problem(root, "root-unreadable", os_error_text(error) + _unexpanded_note(root)))
         return scan
     if not os.path.isdir(real_root):
         scan.problems.append(Problem(root, "root-unreadable", "not a directory"))
@@ -167,8 +167,25 @@ def _scan_entries(
             scan.candidates.append(real)
         else:
             scan.missing_skill_md.append(
-                Problem(real, "no-skill-md", "this directory has no SKILL.md, so it is not a skill")
+                Problem(real, "no-skill-md", "this directory has no SKILL.md, so it is not a skill" + _case_note(real))
             )
+
+
+def _unexpanded_note(root: str) -> str:
+    # A root written for a shell (`~/skills`, `$HOME/skills`) reaches the server as written from a client's config.
+    if any(segment.startswith(("~", "$")) for segment in root.split("/")):
+        return '; "~" and "$VARIABLE" are not expanded in a root: give the absolute path'
+    return ""
+
+
+_SKILL_MD_MISSPELLINGS = ("skill.md", "Skill.md", "SKILL.MD", "skill.MD")
+
+
+def _case_note(directory: str) -> str:
+    for spelling in _SKILL_MD_MISSPELLINGS:
+        if os.path.lexists(os.path.join(directory, spelling)):
+            return f" (it has {quoted(spelling)}: the name is case-sensitive, rename it SKILL.md)"
+    return ""
 
 
 def _may_hold_skill_md(directory: str) -> bool:
@@ -215,11 +232,16 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
             f"the frontmatter name {quoted(claimed)} differs from the directory name {quoted(name)}; "
             "the skill is served under its DIRECTORY name",
         )
-    manifest, file_limit_hit = _walk_manifest(real_dir, refuse)
-    listed = {entry.path for entry in manifest}
+    walk = _walk_manifest(real_dir, refuse)
+    listed = {entry.path for entry in walk.files}
     for run in declaration.runs:
         if run.script not in listed:
             detail = f"the skill declares {quoted_path(run.script)}, which is not a file in this skill"
+            if os.path.islink(os.path.join(real_dir, run.script)):
+                detail += (
+                    "; it is a symbolic link, which the manifest never lists (a run follows it only while it "
+                    "resolves inside the skill): declare the file it points to"
+                )
             refuse("declared-script-missing", detail)
     return Skill(
         name=name,
@@ -227,12 +249,14 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         source=source,
         body=body,
         body_truncated=capped.truncated,
-        manifest=manifest,
+        manifest=_sorted(walk.files),
         declaration=declaration,
         frontmatter=frontmatter,
         description=description(frontmatter),
         when_to_use=when_to_use(frontmatter),
-        file_limit_hit=file_limit_hit,
+        file_limit_hit=walk.hit_limit,
+        skipped_paths=tuple(walk.skipped_paths),
+        skipped_count=walk.skipped_count,
     )
 
 
@@ -274,15 +298,17 @@ def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedR
     return capped
 
 
-def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> tuple[tuple[ManifestEntry, ...], bool]:
-    """§3.5: breadth-first, sorted, regular files only, bounded by the file and directory caps; True when a
-    limit stopped the walk."""
+def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> _ManifestWalk:
+    """§3.5: breadth-first, sorted, regular files only, bounded by the file and directory caps."""
     walk = _ManifestWalk(refuse)
     try:
-        hit_limit = walk.run(real_dir)
+        walk.hit_limit = walk.run(real_dir)
     finally:
         walk.report_unusable_rest()
-    return _sorted(walk.files), hit_limit
+    return walk
+
+
+_SKIPPED_PATHS_KEPT = 8
 
 
 class _ManifestWalk:
@@ -295,6 +321,10 @@ class _ManifestWalk:
         self.dirs_enqueued = 0
         self.unlisted_left = MAX_UNLISTED_ENTRIES
         self.unusable_reported = self.unusable_unreported = 0
+        self.hit_limit = False
+        # Links and special files are skipped without a problem (§3.5); `check` still names them for the author.
+        self.skipped_paths: list[str] = []
+        self.skipped_count = 0
 
     def run(self, real_dir: str) -> bool:
         self.queue.append((real_dir, ""))
@@ -312,8 +342,11 @@ class _ManifestWalk:
     def _take(self, entry: os.DirEntry[str], directory: str, rel: str) -> bool:
         """Lists, enqueues, skips or refuses one entry; True when a cap stops the walk here."""
         is_dir = entry.is_dir(follow_symlinks=False)
-        if not is_dir and not entry.is_file(follow_symlinks=False):
-            return self._unlisted()  # links, FIFOs, sockets, devices
+        if not is_dir and not entry.is_file(follow_symlinks=False):  # links, FIFOs, sockets, devices
+            self.skipped_count += 1
+            if len(self.skipped_paths) < _SKIPPED_PATHS_KEPT:
+                self.skipped_paths.append(rel)
+            return self._unlisted()
         refusal = path_refusal(rel)
         if refusal is not None:
             below = "; nothing under it is listed either" if is_dir else ""

@@ -51,12 +51,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else list(argv)) in ([], ["serve"]):
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args in ([], ["serve"]):
         return serve()  # every client's spawn: no parser to build (argparse and gettext cost ~2 ms)
     parser = _parser()
     try:
+        if roots := _roots_given_to_serve(args):
+            parser.error(
+                f"serve takes no ROOT ({' '.join(roots)}): it serves the roots in SKILLS_DIR or MCP_SKILLS_PATH, "
+                f"e.g. `SKILLS_DIR={roots[0]} skill-mcp`; `check` and `list` take ROOT arguments"
+            )
         # argparse stops a "*" positional at the first flag; a root after it (`check a --json b`) is still a root.
-        options, extra = parser.parse_known_args(argv)
+        options, extra = parser.parse_known_args(args)
         if extra and (getattr(options, "roots", None) is None or any(arg.startswith("-") for arg in extra)):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if extra:
@@ -70,6 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.command == "check":
         return authoring.check(tuple(options.roots), as_json=options.json)
     return authoring.list_deployment(tuple(options.roots), as_json=options.json, egress=options.egress)
+
+
+def _roots_given_to_serve(args: list[str]) -> list[str]:
+    """Directories a user passed to `serve` (`skill-mcp serve ./skills`, `skill-mcp ./skills`), expecting them served."""
+    if args[0] == "serve":
+        return [arg for arg in args[1:] if not arg.startswith("-")]
+    return [args[0]] if os.path.isdir(args[0]) and args[0] not in ("check", "list") else []
 
 
 def serve() -> int:

@@ -43,7 +43,7 @@ def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
         raise FrontmatterError(f'SKILL.md does not begin with a "---" frontmatter block: {_why_no_opener(text)}')
     closer = _CLOSER.search(text, opener.end())
     if closer is None:
-        raise FrontmatterError('the SKILL.md frontmatter block is never closed (no "---" line after the opening one)')
+        raise FrontmatterError(f"the SKILL.md frontmatter block is never closed ({_why_no_closer(text[opener.end():])})")
     raw_yaml = text[opener.end() : closer.start() + 1]
     size = len(raw_yaml.encode("utf-8", "surrogatepass"))
     if size > MAX_FRONTMATTER_BYTES:
@@ -55,6 +55,12 @@ def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
         raise FrontmatterError("SKILL.md frontmatter is not a mapping of keys to values")
     _refuse_keys_written_alike(frontmatter)
     return frontmatter, text[closer.end() :]
+
+
+def _why_no_closer(after_opener: str) -> str:
+    if _CLOSER.match("\n" + after_opener):  # `---` twice: the closer must follow a newline, so it must follow a line
+        return 'the "---" right after the opening line does not close it: the closing "---" comes after the YAML lines'
+    return 'no "---" line after the opening one'
 
 
 def _why_no_opener(text: str) -> str:

@@ -79,6 +79,9 @@ class Skill:
     description: str | None = None
     when_to_use: str | None = None
     file_limit_hit: bool = False
+    # Links and special files the manifest walk skipped (§3.5): the first few by path, and how many in all.
+    skipped_paths: tuple[str, ...] = ()
+    skipped_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,7 +74,8 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     ) -> types.CallToolResult | types.InputRequiredResult:
         name = params.name
         if name not in TOOLS_BY_NAME:
-            return text_result(f"unknown tool {quoted(name)}", is_error=True)
+            hint = f"This server's tools are {', '.join(TOOLS_BY_NAME)}; tools/list describes them."
+            return failure_result(ToolFailure(f"unknown tool {quoted(name)}", hint))
         arguments = _NON_OBJECT_ARGUMENTS.get()
         if arguments is None:
             arguments = params.arguments or {}

@@ -115,6 +115,18 @@ def test_missing_root_and_file_root_are_unreadable(root):
     )
 
 
+@pytest.mark.parametrize("written", ["~/skills", "$HOME/skills", "${SKILLS}/x", "a/~b"])
+def test_a_root_written_for_a_shell_says_it_is_not_expanded(root, written):
+    catalog = discover([str(root / written)], 32)
+    assert catalog.problems == (
+        Problem(
+            str(root / written),
+            "root-unreadable",
+            'No such file or directory; "~" and "$VARIABLE" are not expanded in a root: give the absolute path',
+        ),
+    )
+
+
 def test_skills_directory_linked_outside_the_root_is_refused(tmp_path, root):
     make_skill(tmp_path / "elsewhere", "stolen")
     (root / "skills").symlink_to(tmp_path / "elsewhere")
@@ -177,6 +189,18 @@ def test_directory_without_skill_md_is_reported_and_siblings_served(root):
     assert names(catalog) == ["alpha"]
     problem = only_problem(catalog, "no-skill-md")
     assert problem.path == str(root / "notes") and "SKILL.md" in problem.detail
+    assert "case-sensitive" not in problem.detail
+
+
+@pytest.mark.parametrize("spelling", ["skill.md", "Skill.md", "SKILL.MD", "skill.MD"])
+def test_a_skill_md_spelt_in_other_case_is_named_in_the_problem(root, spelling):
+    (root / "notes").mkdir()
+    (root / "notes" / spelling).write_text("---\nname: notes\ndescription: d\n---\n")
+    problem = only_problem(discover([str(root)], 32), "no-skill-md")
+    assert problem.detail == (
+        f'this directory has no SKILL.md, so it is not a skill (it has "{spelling}": the name is case-sensitive, '
+        "rename it SKILL.md)"
+    )
 
 
 def test_entries_linking_out_are_refused_at_their_own_paths(tmp_path, root):
@@ -523,6 +547,12 @@ def test_missing_declared_script_is_reported_and_stays_declared(root):
     # A declared script that is a symlink is never in the manifest.
     assert '"scripts/missing.py"' in catalog.problems[0].detail
     assert '"scripts/linked.py"' in catalog.problems[1].detail
+    # The author is told why a link is "missing", and what clears the problem; a missing file gets no such note.
+    assert "symbolic link" not in catalog.problems[0].detail
+    assert catalog.problems[1].detail.endswith(
+        "; it is a symbolic link, which the manifest never lists (a run follows it only while it resolves inside "
+        "the skill): declare the file it points to"
+    )
     runs = served(catalog, "runner").declaration.runs
     assert [run.script for run in runs] == ["scripts/missing.py", "scripts/present.py", "scripts/linked.py"]
 

@@ -17,6 +17,7 @@ from mcp.client.stdio import StdioServerParameters
 from support import payload
 
 from skill_mcp.config import BUNDLED_ROOT
+from skill_mcp.limits import MAX_SKILL_MD_BYTES
 
 SKILL_MCP = os.path.join(os.path.dirname(sys.executable), "skill-mcp")
 ENTRY_POINTS = {"script": [SKILL_MCP], "module": [sys.executable, "-m", "skill_mcp"]}
@@ -151,6 +152,46 @@ def test_check_notes_scripts_no_deployment_can_run_without_failing(root: Path, e
         f'skill-mcp: note: shell-only: "run.sh" {never}',
         f'skill-mcp: note: upload: "scripts/run.sh" {never}',
     ]
+
+
+def test_check_notes_a_root_holding_no_skill(root: Path, elsewhere: Path) -> None:
+    # Exit 0 is right (no problem), but an author pointing at the wrong folder is told that nothing was checked.
+    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout) == (0, "0 skill(s), 0 problem(s)\n")
+    assert stderr == (
+        f"skill-mcp: note: no skill was found under {root}: a skill is a directory holding a SKILL.md, given as a "
+        "ROOT itself or placed in a ROOT or in its `skills` directory\n"
+    )
+    (root / "notes").mkdir()  # a problem already says why: no note
+    assert run_cli(["check", str(root)], elsewhere)[2] == ""
+
+
+def test_check_notes_what_clients_will_not_see_of_a_skill(root: Path, elsewhere: Path) -> None:
+    skill = make_skill(root, "big", body="x" * MAX_SKILL_MD_BYTES)
+    for index in range(9):
+        (skill / f"link{index}").symlink_to("SKILL.md" if index % 2 else "/etc/passwd")
+    os.mkfifo(skill / "pipe")
+    make_skill(root, "plain")
+    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout) == (0, "2 skill(s), 0 problem(s)\n")
+    first_eight = ", ".join(f'"link{index}"' for index in range(8))
+    assert stderr.splitlines() == [
+        f"skill-mcp: note: big: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so skill_load returns only its first "
+        f"{MAX_SKILL_MD_BYTES} bytes (frontmatter included)",
+        f"skill-mcp: note: big: 10 symbolic link(s) or special file(s) are not listed, so clients are not offered "
+        f"them: {first_eight}, …; skill_file reads a link by its path only while it resolves inside the skill",
+    ]
+
+
+@pytest.mark.parametrize("args", [["serve", "{root}"], ["{root}"], ["serve", "--flag", "{root}"]])
+def test_a_root_given_to_serve_is_a_usage_error_that_names_the_variable(
+    root: Path, elsewhere: Path, args: list[str]
+) -> None:
+    # Started anyway, the server would serve the bundled demo instead of the directory the user meant.
+    code, stdout, stderr = run_cli([arg.format(root=root) for arg in args], elsewhere)
+    assert (code, stdout) == (2, "")
+    assert f"serve takes no ROOT ({root}): it serves the roots in SKILLS_DIR or MCP_SKILLS_PATH, e.g. " in stderr
+    assert f"`SKILLS_DIR={root} skill-mcp`; `check` and `list` take ROOT arguments" in stderr
 
 
 def test_check_exits_1_on_any_problem_and_list_still_exits_0(root: Path, elsewhere: Path) -> None:
@@ -380,4 +421,4 @@ def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhe
     code, stdout, stderr = run_cli(["check", "one", "--bogus"], elsewhere)
     assert (code, stdout) == (2, "") and "unrecognized arguments: --bogus" in stderr
     code, _, stderr = run_cli(["serve", "extra"], elsewhere)
-    assert code == 2 and "unrecognized arguments: extra" in stderr
+    assert code == 2 and "serve takes no ROOT (extra)" in stderr

@@ -71,6 +71,15 @@ def test_unclosed_block(text):
     assert "never closed" in error_of(text)
 
 
+@pytest.mark.parametrize("text", ["---\n---\n", "---\r\n---\r\nbody\r\n", "---\n---"])
+def test_dashes_right_after_the_opener_are_explained(text):
+    # §4.1: they do not close the block, and "no closing line" would contradict what the author sees.
+    assert error_of(text) == (
+        'the SKILL.md frontmatter block is never closed (the "---" right after the opening line does not close it: '
+        'the closing "---" comes after the YAML lines)'
+    )
+
+
 def test_empty_block_is_not_a_mapping():
     assert error_of("---\n\n---\n") == "SKILL.md frontmatter is not a mapping of keys to values"
 

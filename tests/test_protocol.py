@@ -260,8 +260,9 @@ async def test_results_are_single_line_json_keeping_whitespace(deployment, era):
 
 async def test_unknown_tool_is_an_error_result(deployment, era):
     async with connect(deployment, era) as client:
-        assert error_text(await client.call_tool("skill_delete", {})) == 'unknown tool "skill_delete"'
-        assert error_text(await client.call_tool("", {})) == 'unknown tool ""'
+        hint = "\n\nHint: This server's tools are skill_list, skill_load, skill_file, skill_run; tools/list describes them."
+        assert error_text(await client.call_tool("skill_delete", {})) == 'unknown tool "skill_delete"' + hint
+        assert error_text(await client.call_tool("", {})) == 'unknown tool ""' + hint
         assert payload(await client.call_tool("skill_list", {}))["skills"][0]["name"] == "alpha"
 
 
