@@ -98,6 +98,17 @@ def resolve_grant(config: Config) -> GrantState:
         return GrantState((), GRANT_VARIABLE, error, None)
 
 
+def malformed_grant_advice(grant: GrantState) -> str | None:
+    """For a refused declared script: why a malformed grant grants nothing, and the fix; None for a grant that
+    parsed. The error quotes no grant text, so a client may see it, as in skill_list's grantError."""
+    if grant.grant_error is None:
+        return None
+    return (
+        f"The grant in {GRANT_VARIABLE} could not be parsed: {grant.grant_error}. Fix {GRANT_VARIABLE} (the README "
+        "gives its syntax: a JSON array of {skill, script, env?} objects)."
+    )
+
+
 def apply_grant(
     skills: Sequence[Skill], grant: GrantState
 ) -> tuple[dict[str, tuple[RunEntry, ...]], list[Problem]]:

@@ -21,6 +21,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from . import confirm
 from .deployment import Deployment
 from .files import FileTooLarge, sha256_fd
+from .grants import malformed_grant_advice
 from .hardening import ChildLimits
 from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES
 from .logs import get_logger
@@ -63,6 +64,18 @@ class Draft:
         return f"{self.skill.name}/{self.entry.script}"
 
 
+@dataclass
+class _ActiveRun:
+    """A started script: enough for whoever stops it first (its call's cancellation, or a signal's shutdown, which
+    exits before that call can) to log its `run.end`."""
+
+    draft: Draft
+    pid: int
+    env_names: list[str]
+    started_at: float  # time.monotonic() before the spawn
+    end_logged: bool = False
+
+
 class RunService:
     def __init__(
         self,
@@ -79,7 +92,7 @@ class RunService:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._random_bytes = random_bytes
         self._busy = False
-        self._active_pid: int | None = None
+        self._active: _ActiveRun | None = None
         self._running_at_input_end = False
         self._input_ended = False
         self._log = get_logger()
@@ -108,16 +121,22 @@ class RunService:
 
     def note_input_end(self) -> None:
         """The client closed stdin: a running script is killed now (§5.1) and none starts from here on, while
-        the server answers what it read before; `kill_active` at shutdown then reports this run."""
+        the server answers what it read before; the SDK then cancels the call, which logs the run's end, and
+        `kill_active` at shutdown reports this run."""
         self._input_ended = True
-        self._running_at_input_end = self.kill_active()
+        self._running_at_input_end = self._active is not None
+        if self._active is not None:
+            kill_process_group(self._active.pid)
 
     def kill_active(self) -> bool:
-        """On shutdown: kill a running script's group; True when a run was in flight."""
-        if self._active_pid is not None:
-            kill_process_group(self._active_pid)
-            return True
-        return self._running_at_input_end
+        """On shutdown: kill a running script's group and log its end, since a signal's shutdown exits before the
+        call can; True when a run was in flight."""
+        active = self._active
+        if active is None:
+            return self._running_at_input_end
+        kill_process_group(active.pid)
+        self._log_stopped_end(active)
+        return True
 
     # --- the preview stage (§9.1 steps 2-7) -----------------------------------------------------
 
@@ -178,11 +197,12 @@ class RunService:
                 "acceptance by this deployment; skill_list shows which is missing."
             )
         if any(entry.script == script for entry in skill.declaration.runs):
+            malformed = malformed_grant_advice(self.deployment.grant)
             raise Refused(
                 "not-granted",
                 f'{quoted_path(script)} is declared by the skill "{skill.name}" but is not granted for this '
                 "deployment, so it may not run",
-                hint,
+                hint if malformed is None else f"{hint} {malformed}",
             )
         undeclared = f'{quoted_path(script)} is not declared as a runnable script by the skill "{skill.name}"'
         raise Refused("not-declared", undeclared, hint)
@@ -355,7 +375,7 @@ class RunService:
             return await self._execute(draft)
         finally:
             self._busy = False
-            self._active_pid = None
+            self._active = None
 
     async def _execute(self, draft: Draft) -> types.CallToolResult:
         deployment, entry = self.deployment, draft.entry
@@ -366,7 +386,7 @@ class RunService:
         timeout_ms = draft.will_run["timeoutMs"]
 
         def started(pid: int) -> None:
-            self._active_pid = pid
+            self._active = _ActiveRun(draft, pid, sorted(env), started_at)
             self._log.info(
                 "run.start", skill=draft.skill.name, script=entry.script, interpreter=entry.interpreter, pid=pid,
                 timeoutMs=timeout_ms, argc=len(draft.args), argvSha256=argv_digest(draft),
@@ -377,12 +397,9 @@ class RunService:
         try:
             outcome = await run_process(argv, draft.skill.real_dir, env, timeout_ms, limits, on_start=started)
         except anyio.get_cancelled_exc_class():
-            # The client cancelled the call or left: run_process killed the group, and nothing was captured.
-            self._log.info(
-                "run.end", skill=draft.skill.name, script=entry.script, exitCode=None, signal="SIGKILL",
-                timedOut=False, durationMs=int((time.monotonic() - started_at) * 1000), truncated=None,
-                stdoutBytes=None, stderrBytes=None, env=sorted(env), cancelled=True,
-            )
+            # The client cancelled the call or left: run_process killed the group.
+            if self._active is not None:
+                self._log_stopped_end(self._active)
             raise
         except SpawnFailed as failed:
             self._log.warning("run.refused", skill=draft.skill.name, script=entry.script, reason="spawn-failed")
@@ -423,6 +440,17 @@ class RunService:
         return result
 
     # --- logs -----------------------------------------------------------------------------------
+
+    def _log_stopped_end(self, active: _ActiveRun) -> None:
+        """`run.end` for a run killed before it settled, so nothing was captured; once, whoever stopped it."""
+        if active.end_logged:
+            return
+        active.end_logged = True
+        self._log.info(
+            "run.end", skill=active.draft.skill.name, script=active.draft.entry.script, exitCode=None,
+            signal="SIGKILL", timedOut=False, durationMs=int((time.monotonic() - active.started_at) * 1000),
+            truncated=None, stdoutBytes=None, stderrBytes=None, env=active.env_names, cancelled=True,
+        )
 
     def _logged_path(self, path: str) -> str:
         # In refuse mode the token path is where every run stops; the logs name it so (§13).

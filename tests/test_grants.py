@@ -5,7 +5,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from skill_mcp.config import load_config
-from skill_mcp.grants import GrantError, GrantRow, GrantState, apply_grant, parse_grant, resolve_grant
+from skill_mcp.grants import (
+    GrantError,
+    GrantRow,
+    GrantState,
+    apply_grant,
+    malformed_grant_advice,
+    parse_grant,
+    resolve_grant,
+)
 from skill_mcp.model import Declaration, Problem, RunEntry, Skill
 
 NO_GRANT = GrantState(None, "declaration", None, None)
@@ -101,6 +109,17 @@ def test_explicit_grant_beats_the_hosted_default(raw):
 
 def test_unset_grant_value_is_no_grant():
     assert resolve(MCP_SKILL_RUN="null") == NO_GRANT
+
+
+def test_only_a_malformed_grant_draws_advice_for_a_refusal():
+    advice = malformed_grant_advice(resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="{"))
+    assert advice == (
+        f"The grant in MCP_SKILL_RUN could not be parsed: MCP_SKILL_RUN is not valid JSON: {BAD_JSON}; nothing is "
+        "granted, so no script may run until it is fixed. Fix MCP_SKILL_RUN (the README gives its syntax: a JSON "
+        "array of {skill, script, env?} objects)."
+    )
+    parsed = [resolve(SKILLS_DIR="/b"), resolve(MCP_SKILLS_PATH="/a"), resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="[]")]
+    assert [malformed_grant_advice(state) for state in parsed] == [None, None, None]
 
 
 # Applying (§10.3)

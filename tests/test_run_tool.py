@@ -521,6 +521,33 @@ async def test_grant_of_one_script_runs_it_and_refuses_the_other(fence: Fence, e
 
 
 @pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize(
+    ("grant", "error"),
+    [
+        ("[{", "MCP_SKILL_RUN is not valid JSON: Expecting property name enclosed in double quotes at line 1 column 3"),
+        ('[{"skill": "fence"}]', 'MCP_SKILL_RUN row 0 is missing "script"'),
+    ],
+)
+async def test_a_malformed_grant_says_why_in_the_not_granted_refusal(
+    fence: Fence, era: str, grant: str, error: str
+) -> None:
+    # The parse error used to reach only skill_list's grantError and the log: skill_run said just "not granted".
+    service = fence.service(MCP_SKILL_RUN=grant)
+    with capture_logs() as logs:
+        async with connect(service.deployment, era, service.call) as client:
+            refused = await client.call_tool("skill_run", call())
+    assert error_text(refused) == (
+        '"scripts/mark.py" is declared by the skill "fence" but is not granted for this deployment, so it may not run'
+        "\n\nHint: Nothing may run for this skill: a script needs both an mcp-host.run entry in SKILL.md AND "
+        "acceptance by this deployment; skill_list shows which is missing. The grant in MCP_SKILL_RUN could not be "
+        f"parsed: {error}; nothing is granted, so no script may run until it is fixed. Fix MCP_SKILL_RUN (the "
+        "README gives its syntax: a JSON array of {skill, script, env?} objects)."
+    )
+    assert [entry["reason"] for entry in events(logs, "run.refused")] == ["not-granted"]
+    assert fence.runs() == []
+
+
+@pytest.mark.parametrize("era", ERAS)
 async def test_grant_row_without_env_hands_no_declared_names(fence: Fence, era: str) -> None:
     grant = [{"skill": "fence", "script": "scripts/mark.py"}]
     service = fence.service(API_KEY="k", MCP_SKILL_RUN=json.dumps(grant))

@@ -80,6 +80,26 @@ def test_shutdown_kills_the_running_script_and_exits_zero(tmp_path, how: str) ->
     assert shutdown[0]["killedRun"] is True, events
 
 
+@pytest.mark.parametrize("how", ["eof", "SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_run_stopped_by_shutdown_logs_its_end_before_shutdown(tmp_path, how: str) -> None:
+    # A signal exits before the run's call is cancelled: its run.start used to be left without a run.end.
+    server, _ = start_slow_run(tmp_path)
+    if how == "eof":
+        server.close_stdin()
+    else:
+        server.process.send_signal(getattr(signal, how))
+    assert server.wait() == 0
+    events = [event for event in server.log_events() if event["event"] in ("run.start", "run.end", "shutdown")]
+    assert [event["event"] for event in events] == ["run.start", "run.end", "shutdown"], events
+    start, end, _ = events
+    assert (end["skill"], end["script"], end["exitCode"], end["signal"], end["timedOut"], end["cancelled"]) == (
+        "slow", "slow.py", None, "SIGKILL", False, True,
+    )  # fmt: skip
+    assert end["env"] == start["envNames"]
+    assert isinstance(end["durationMs"], int) and end["durationMs"] >= 0
+    assert {"truncated", "stdoutBytes", "stderrBytes"} <= end.keys()
+
+
 def test_a_cancelled_run_logs_its_end_and_is_not_killed_again_at_shutdown(tmp_path) -> None:
     server, script_pid = start_slow_run(tmp_path)
     server.notify("notifications/cancelled", {"requestId": 99, "reason": "user stopped it"})
