@@ -539,6 +539,25 @@ def test_an_unsearchable_skill_directory_is_unreadable_not_missing_its_skill_md(
     assert "could not be stat'd: Permission denied" in catalog.problems[0].detail
 
 
+def test_an_unexpected_failure_costs_one_skill_and_its_detail_quotes_nothing_read(root, monkeypatch):
+    # No real input reaches this branch (that is what makes it unexpected), so the fault is injected.
+    make_skill(root, "alpha")
+    broken = make_skill(root, "broken", body="secret body\n")
+    real_parse = catalog_module.parse_skill_md
+
+    def parse(text):
+        if "secret body" in text:
+            raise ValueError(f"cannot handle {text!r}")
+        return real_parse(text)
+
+    monkeypatch.setattr(catalog_module, "parse_skill_md", parse)
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["alpha"]
+    assert catalog.problems == (
+        Problem(str(broken), "unreadable-skill-md", "reading this skill failed unexpectedly (ValueError); it is not served"),
+    )
+
+
 def test_missing_declared_script_is_reported_and_stays_declared(root):
     skill_dir = make_skill(root, "runner", RUNS_MISSING_SCRIPT, files={"scripts/present.py": "print(1)\n"})
     (skill_dir / "scripts" / "linked.py").symlink_to("present.py")
