@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"skill-mcp {VERSION}")
     commands = parser.add_subparsers(dest="command")
-    commands.add_parser("serve", help="serve the configured skills over stdio (the default)")
+    serve = commands.add_parser("serve", help="serve the configured skills over stdio (the default)")
     check = commands.add_parser(
         "check",
         help="report every problem a skills tree would draw, for skill authors",
@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("roots", nargs="*", metavar="ROOT", help="a skills root (default: the configured roots)")
     listing.add_argument("--json", action="store_true", help="print the skill_list object")
     listing.add_argument("--egress", action="store_true", help="print the egress allowlist, one host per line")
+    for command in (serve, check, listing):
+        command.set_defaults(usage_parser=command)
     return parser
 
 
@@ -64,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # argparse stops a "*" positional at the first flag; a root after it (`check a --json b`) is still a root.
         options, extra = parser.parse_known_args(args)
         if extra and (getattr(options, "roots", None) is None or any(arg.startswith("-") for arg in extra)):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            # The subcommand's own usage, which lists the flags it takes.
+            getattr(options, "usage_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
         if extra:
             options.roots += extra
     except SystemExit as exit_:

@@ -130,6 +130,19 @@ def test_usage_errors_exit_2(elsewhere: Path, args: list[str]) -> None:
     assert code == 2 and stdout == "" and "usage:" in stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "usage"),
+    [
+        (["check", "--bogus"], "usage: skill-mcp check [-h] [--json] [ROOT ...]"),
+        (["list", "a", "--nope"], "usage: skill-mcp list [-h] [--json] [--egress] [ROOT ...]"),
+        (["serve", "--nope"], "usage: skill-mcp serve [-h]"),
+    ],
+)
+def test_an_unknown_flag_shows_its_subcommands_usage(elsewhere: Path, args: list[str], usage: str) -> None:
+    code, _, stderr = run_cli(args, elsewhere)
+    assert code == 2 and stderr.splitlines()[0] == usage
+
+
 @pytest.mark.parametrize("via", ENTRY_POINTS)
 def test_the_bundled_demo_skill_checks_clean(elsewhere: Path, via: str) -> None:
     code, stdout, stderr = run_cli(["check"], elsewhere, via=via)
