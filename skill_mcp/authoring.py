@@ -149,8 +149,8 @@ def check_notes(deployment: Deployment) -> list[str]:
     for skill in deployment.skills:
         if skill.body_truncated:
             notes.append(
-                f"{skill.name}: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so skill_load returns only its first "
-                f"{MAX_SKILL_MD_BYTES} bytes (frontmatter included)"
+                f"{skill.name}: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
+                f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads it whole"
             )
         if skill.skipped_count:
             paths = ", ".join(quoted_path(path) for path in skill.skipped_paths)

@@ -5,6 +5,7 @@ The only module that walks directories. `discover` never raises; every failure b
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections import deque
@@ -82,7 +83,7 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
     try:
         real_root = real_path(root)
     except OSError as error:
-        scan.problems.append(Problem(root, "root-unreadable", os_error_text(error) + _unexpanded_note(root)))
+        scan.problems.append(Problem(root, "root-unreadable", os_error_text(error) + _unexpanded_note(root, error)))
         return scan
     if not os.path.isdir(real_root):
         scan.problems.append(Problem(root, "root-unreadable", "not a directory"))
@@ -94,6 +95,9 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
             seen_dirs.add(real_root)
             scan.candidates.append(real_root)
         return scan
+    if case_note := _case_note(real_root):  # most likely one skill's folder, given as the root
+        detail = "this root has no SKILL.md, so it is not a skill itself; only its directories are scanned for skills"
+        scan.problems.append(Problem(real_root, "no-skill-md", detail + case_note))
     scanned_dirs.add(real_root)
     seen_dirs.add(real_root)
     _scan_entries(scan, root, real_root, real_root, seen_dirs, at_root=True)
@@ -172,21 +176,25 @@ def _scan_entries(
             )
 
 
-def _unexpanded_note(root: str) -> str:
+def _unexpanded_note(root: str, error: OSError) -> str:
     # A root written for a shell (`~/skills`, `$HOME/skills`) reaches the server as written from a client's config.
-    if any(segment.startswith(("~", "$")) for segment in root.split("/")):
+    if error.errno == errno.ENOENT and any(segment.startswith(("~", "$")) for segment in root.split("/")):
         return '; "~" and "$VARIABLE" are not expanded in a root: give the absolute path'
     return ""
 
 
-_SKILL_MD_MISSPELLINGS = ("skill.md", "Skill.md", "SKILL.MD", "skill.MD")
+_CASE_PROBE_ENTRIES = 4096  # a directory without SKILL.md may be large; its first names are enough for a hint
 
 
 def _case_note(directory: str) -> str:
-    for spelling in _SKILL_MD_MISSPELLINGS:
-        if os.path.lexists(os.path.join(directory, spelling)):
-            return f" (it has {quoted(spelling)}: the name is case-sensitive, rename it SKILL.md)"
-    return ""
+    """A hint naming a file that differs from SKILL.md only in case, in a directory known to lack SKILL.md."""
+    try:
+        with os.scandir(directory) as listing:
+            names = [entry.name for entry in islice(listing, _CASE_PROBE_ENTRIES)]
+    except OSError:
+        return ""
+    misspelled = sorted(name for name in names if name.lower() == SKILL_MD.lower() and name != SKILL_MD)
+    return f" (it has {quoted(misspelled[0])}: the name is case-sensitive, rename it SKILL.md)" if misspelled else ""
 
 
 def _may_hold_skill_md(directory: str) -> bool:
@@ -238,10 +246,10 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     for run in declaration.runs:
         if run.script not in listed:
             detail = f"the skill declares {quoted_path(run.script)}, which is not a file in this skill"
-            if os.path.islink(os.path.join(real_dir, run.script)):
+            if _passes_through_a_link(real_dir, run.script):
                 detail += (
-                    "; it is a symbolic link, which the manifest never lists (a run follows it only while it "
-                    "resolves inside the skill): declare the file it points to"
+                    "; its path passes through a symbolic link, and the manifest lists no link: a run still follows "
+                    "it while it resolves inside the skill, and declaring the real file clears this problem"
                 )
             refuse("declared-script-missing", detail)
     return Skill(
@@ -259,6 +267,15 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         skipped_paths=tuple(walk.skipped_paths),
         skipped_count=walk.skipped_count,
     )
+
+
+def _passes_through_a_link(real_dir: str, rel: str) -> bool:
+    path = real_dir
+    for segment in rel.split("/"):
+        path = os.path.join(path, segment)
+        if os.path.islink(path):
+            return True
+    return False
 
 
 def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedRead | None:
@@ -303,7 +320,7 @@ def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> _Manife
     """§3.5: breadth-first, sorted, regular files only, bounded by the file and directory caps."""
     walk = _ManifestWalk(refuse)
     try:
-        walk.hit_limit = walk.run(real_dir)
+        walk.run(real_dir)
     finally:
         walk.report_unusable_rest()
     return walk
@@ -327,7 +344,8 @@ class _ManifestWalk:
         self.skipped_paths: list[str] = []
         self.skipped_count = 0
 
-    def run(self, real_dir: str) -> bool:
+    def run(self, real_dir: str) -> None:
+        """Walks until done or until a cap stops it (`hit_limit`)."""
         self.queue.append((real_dir, ""))
         while self.queue:
             directory, prefix = self.queue.popleft()
@@ -337,16 +355,17 @@ class _ManifestWalk:
             with _listing(directory, room + 1) as entries:
                 for entry in entries:
                     if self._take(entry, directory, prefix + entry.name):
-                        return True
-        return False
+                        self.hit_limit = True
+                        return
 
     def _take(self, entry: os.DirEntry[str], directory: str, rel: str) -> bool:
         """Lists, enqueues, skips or refuses one entry; True when a cap stops the walk here."""
         is_dir = entry.is_dir(follow_symlinks=False)
         if not is_dir and not entry.is_file(follow_symlinks=False):  # links, FIFOs, sockets, devices
-            self.skipped_count += 1
-            if len(self.skipped_paths) < _SKIPPED_PATHS_KEPT:
-                self.skipped_paths.append(rel)
+            if rel != SKILL_MD:  # a linked SKILL.md is still served, by skill_load
+                self.skipped_count += 1
+                if len(self.skipped_paths) < _SKIPPED_PATHS_KEPT:
+                    self.skipped_paths.append(rel)
             return self._unlisted()
         refusal = path_refusal(rel)
         if refusal is not None:

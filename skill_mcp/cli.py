@@ -59,9 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
         if roots := _roots_given_to_serve(args):
+            import shlex
+
+            skills_dir = shlex.quote(":".join(os.path.abspath(root) for root in roots))
             parser.error(
-                f"serve takes no ROOT ({' '.join(roots)}): it serves the roots in SKILLS_DIR or MCP_SKILLS_PATH, "
-                f"e.g. `SKILLS_DIR={roots[0]} skill-mcp`; `check` and `list` take ROOT arguments"
+                f"serve takes no ROOT ({' '.join(roots)}): it serves the roots in SKILLS_DIR, e.g. "
+                f"`SKILLS_DIR={skills_dir} skill-mcp`; `check` and `list` take ROOT arguments"
             )
         # argparse stops a "*" positional at the first flag; a root after it (`check a --json b`) is still a root.
         options, extra = parser.parse_known_args(args)
@@ -82,10 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _roots_given_to_serve(args: list[str]) -> list[str]:
-    """Directories a user passed to `serve` (`skill-mcp serve ./skills`, `skill-mcp ./skills`), expecting them served."""
-    if args[0] == "serve":
-        return [arg for arg in args[1:] if not arg.startswith("-")]
-    return [args[0]] if os.path.isdir(args[0]) and args[0] not in ("check", "list") else []
+    """Directories a user passed to `serve` (`skill-mcp serve ./skills`, `skill-mcp ./skills`), expecting them served;
+    anything else is left to the parser (a typo, `--help`)."""
+    if "-h" in args or "--help" in args:
+        return []
+    given = args[1:] if args[0] == "serve" else [] if args[0] in ("check", "list") else args[:1]
+    return [arg for arg in given if os.path.isdir(arg)]
 
 
 def serve() -> int:

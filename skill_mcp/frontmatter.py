@@ -58,7 +58,7 @@ def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
 
 
 def _why_no_closer(after_opener: str) -> str:
-    if _CLOSER.match("\n" + after_opener):  # `---` twice: the closer must follow a newline, so it must follow a line
+    if _CLOSER.match("\n" + after_opener):  # `---\n---`: the closer's newline is the opener's own, which it cannot share
         return 'the "---" right after the opening line does not close it: the closing "---" comes after the YAML lines'
     return 'no "---" line after the opening one'
 

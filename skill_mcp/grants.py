@@ -104,8 +104,8 @@ def malformed_grant_advice(grant: GrantState) -> str | None:
     if grant.grant_error is None:
         return None
     return (
-        f"The grant in {GRANT_VARIABLE} could not be parsed: {grant.grant_error}. Fix {GRANT_VARIABLE} (the README "
-        "gives its syntax: a JSON array of {skill, script, env?} objects)."
+        f"The grant is malformed: {grant.grant_error}. The README gives its syntax: a JSON array of "
+        "{skill, script, env?} objects."
     )
 
 

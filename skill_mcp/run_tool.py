@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ class RunService:
         self._random_bytes = random_bytes
         self._busy = False
         self._active: _ActiveRun | None = None
+        self._end_claim = threading.Lock()  # a shutdown on the watchdog's thread may race the run's own end
         self._running_at_input_end = False
         self._input_ended = False
         self._log = get_logger()
@@ -121,8 +123,8 @@ class RunService:
 
     def note_input_end(self) -> None:
         """The client closed stdin: a running script is killed now (§5.1) and none starts from here on, while
-        the server answers what it read before; the SDK then cancels the call, which logs the run's end, and
-        `kill_active` at shutdown reports this run."""
+        the server answers what it read before; the run's call logs its end, and `kill_active` at shutdown
+        reports this run."""
         self._input_ended = True
         self._running_at_input_end = self._active is not None
         if self._active is not None:
@@ -374,6 +376,8 @@ class RunService:
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
             return await self._execute(draft)
         finally:
+            if self._active is not None:  # cancelled, or failed unexpectedly: nothing was captured
+                self._log_stopped_end(self._active)
             self._busy = False
             self._active = None
 
@@ -396,11 +400,6 @@ class RunService:
         started_at = time.monotonic()
         try:
             outcome = await run_process(argv, draft.skill.real_dir, env, timeout_ms, limits, on_start=started)
-        except anyio.get_cancelled_exc_class():
-            # The client cancelled the call or left: run_process killed the group.
-            if self._active is not None:
-                self._log_stopped_end(self._active)
-            raise
         except SpawnFailed as failed:
             self._log.warning("run.refused", skill=draft.skill.name, script=entry.script, reason="spawn-failed")
             return failure_result(
@@ -411,6 +410,8 @@ class RunService:
                 )
             )
         result = self._result(draft, outcome, sorted(env))
+        if self._active is not None and not self._claim_end(self._active):
+            return text_result(minified(result))  # a shutdown logged this run's end as it killed it
         self._log.info(
             "run.end", skill=draft.skill.name, script=entry.script, exitCode=outcome.exit_code, signal=outcome.signal,
             timedOut=outcome.timed_out, durationMs=outcome.duration_ms, truncated=result["truncated"],
@@ -441,11 +442,16 @@ class RunService:
 
     # --- logs -----------------------------------------------------------------------------------
 
+    def _claim_end(self, active: _ActiveRun) -> bool:
+        """True for the first caller only: each run logs one `run.end`."""
+        with self._end_claim:
+            claimed, active.end_logged = not active.end_logged, True
+        return claimed
+
     def _log_stopped_end(self, active: _ActiveRun) -> None:
         """`run.end` for a run killed before it settled, so nothing was captured; once, whoever stopped it."""
-        if active.end_logged:
+        if not self._claim_end(active):
             return
-        active.end_logged = True
         self._log.info(
             "run.end", skill=active.draft.skill.name, script=active.draft.entry.script, exitCode=None,
             signal="SIGKILL", timedOut=False, durationMs=int((time.monotonic() - active.started_at) * 1000),

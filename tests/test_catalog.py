@@ -115,6 +115,29 @@ def test_missing_root_and_file_root_are_unreadable(root):
     )
 
 
+def test_a_root_holding_a_lowercase_skill_md_is_told_so(root):
+    # `skill-mcp check ./my-skill` with my-skill/skill.md: the root is taken for a folder of skills.
+    (root / "skill.md").write_text("---\nname: root\ndescription: d\n---\n")
+    (root / "scripts").mkdir()
+    catalog = discover([str(root)], 32)
+    assert catalog.problems[0] == Problem(
+        str(root),
+        "no-skill-md",
+        "this root has no SKILL.md, so it is not a skill itself; only its directories are scanned for skills "
+        '(it has "skill.md": the name is case-sensitive, rename it SKILL.md)',
+    )
+    assert reasons(catalog)[1:] == [(str(root / "scripts"), "no-skill-md")]
+    (root / "skill.md").unlink()
+    assert reasons(discover([str(root)], 32)) == [(str(root / "scripts"), "no-skill-md")]  # a plain root: no note
+
+
+def test_a_root_that_is_not_missing_gets_no_expansion_note(tmp_path):
+    looping = tmp_path / "~loop"
+    looping.symlink_to(looping)
+    [problem] = discover([str(looping)], 32).problems
+    assert problem.reason == "root-unreadable" and "expanded" not in problem.detail
+
+
 @pytest.mark.parametrize("written", ["~/skills", "$HOME/skills", "${SKILLS}/x", "a/~b"])
 def test_a_root_written_for_a_shell_says_it_is_not_expanded(root, written):
     catalog = discover([str(root / written)], 32)
@@ -192,7 +215,7 @@ def test_directory_without_skill_md_is_reported_and_siblings_served(root):
     assert "case-sensitive" not in problem.detail
 
 
-@pytest.mark.parametrize("spelling", ["skill.md", "Skill.md", "SKILL.MD", "skill.MD"])
+@pytest.mark.parametrize("spelling", ["skill.md", "Skill.md", "SKILL.MD", "skill.MD", "SKILL.Md"])
 def test_a_skill_md_spelt_in_other_case_is_named_in_the_problem(root, spelling):
     (root / "notes").mkdir()
     (root / "notes" / spelling).write_text("---\nname: notes\ndescription: d\n---\n")
@@ -568,10 +591,33 @@ def test_missing_declared_script_is_reported_and_stays_declared(root):
     assert '"scripts/linked.py"' in catalog.problems[1].detail
     # The author is told why a link is "missing", and what clears the problem; a missing file gets no such note.
     assert "symbolic link" not in catalog.problems[0].detail
-    assert catalog.problems[1].detail.endswith(
-        "; it is a symbolic link, which the manifest never lists (a run follows it only while it resolves inside "
-        "the skill): declare the file it points to"
-    )
+    assert catalog.problems[1].detail.endswith(LINK_NOTE)
+
+
+LINK_NOTE = (
+    "; its path passes through a symbolic link, and the manifest lists no link: a run still follows it while it "
+    "resolves inside the skill, and declaring the real file clears this problem"
+)
+
+
+def test_the_walk_counts_the_links_and_special_files_it_skips_but_not_a_linked_skill_md(root):
+    skill_dir = make_skill(root, "linked", files={"docs/real.md": "---\nname: linked\ndescription: d\n---\n"})
+    (skill_dir / "SKILL.md").unlink()
+    (skill_dir / "SKILL.md").symlink_to("docs/real.md")  # served by skill_load: not "skipped"
+    for index in range(10):
+        (skill_dir / "docs" / f"link{index}").symlink_to("real.md")
+    os.mkfifo(skill_dir / "pipe")
+    skill = served(discover([str(root)], 32), "linked")
+    assert skill.skipped_count == 11
+    assert skill.skipped_paths == tuple(["pipe", *(f"docs/link{index}" for index in range(7))])
+
+
+def test_a_declared_script_under_a_linked_directory_is_explained_too(root):
+    skill_dir = make_skill(root, "runner", RUNS_MISSING_SCRIPT, files={"shared/present.py": "print(1)\n"})
+    (skill_dir / "scripts").symlink_to("shared")
+    catalog = discover([str(root)], 32)
+    details = [problem.detail for problem in catalog.problems]
+    assert [detail.endswith(LINK_NOTE) for detail in details] == [True, True, True]
     runs = served(catalog, "runner").declaration.runs
     assert [run.script for run in runs] == ["scripts/missing.py", "scripts/present.py", "scripts/linked.py"]
 

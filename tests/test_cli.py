@@ -189,8 +189,8 @@ def test_check_notes_what_clients_will_not_see_of_a_skill(root: Path, elsewhere:
     assert (code, stdout) == (0, "2 skill(s), 0 problem(s)\n")
     first_eight = ", ".join(f'"link{index}"' for index in range(8))
     assert stderr.splitlines() == [
-        f"skill-mcp: note: big: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so skill_load returns only its first "
-        f"{MAX_SKILL_MD_BYTES} bytes (frontmatter included)",
+        f"skill-mcp: note: big: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
+        f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads it whole",
         f"skill-mcp: note: big: 10 symbolic link(s) or special file(s) are not listed, so clients are not offered "
         f"them: {first_eight}, …; skill_file reads a link by its path only while it resolves inside the skill",
     ]
@@ -203,8 +203,22 @@ def test_a_root_given_to_serve_is_a_usage_error_that_names_the_variable(
     # Started anyway, the server would serve the bundled demo instead of the directory the user meant.
     code, stdout, stderr = run_cli([arg.format(root=root) for arg in args], elsewhere)
     assert (code, stdout) == (2, "")
-    assert f"serve takes no ROOT ({root}): it serves the roots in SKILLS_DIR or MCP_SKILLS_PATH, e.g. " in stderr
+    assert f"serve takes no ROOT ({root}): it serves the roots in SKILLS_DIR, e.g. " in stderr
     assert f"`SKILLS_DIR={root} skill-mcp`; `check` and `list` take ROOT arguments" in stderr
+
+
+def test_the_suggested_skills_dir_is_absolute_quoted_and_keeps_every_root(elsewhere: Path) -> None:
+    (elsewhere / "my skills").mkdir()
+    (elsewhere / "more").mkdir()
+    code, _, stderr = run_cli(["serve", "my skills", "more"], elsewhere)
+    assert code == 2 and f"`SKILLS_DIR='{elsewhere}/my skills:{elsewhere}/more' skill-mcp`" in stderr
+
+
+@pytest.mark.parametrize("args", [["serve", "chekc"], ["serve", "list"], ["serve", "-h", "."]])
+def test_serve_leaves_what_is_not_a_directory_or_asks_for_help_to_the_parser(elsewhere: Path, args: list[str]) -> None:
+    code, stdout, stderr = run_cli(args, elsewhere)
+    assert "serve takes no ROOT" not in stderr
+    assert (code, "usage: skill-mcp serve" in stdout) == (0, True) if "-h" in args else code == 2
 
 
 def test_check_exits_1_on_any_problem_and_list_still_exits_0(root: Path, elsewhere: Path) -> None:
@@ -434,4 +448,4 @@ def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhe
     code, stdout, stderr = run_cli(["check", "one", "--bogus"], elsewhere)
     assert (code, stdout) == (2, "") and "unrecognized arguments: --bogus" in stderr
     code, _, stderr = run_cli(["serve", "extra"], elsewhere)
-    assert code == 2 and "serve takes no ROOT (extra)" in stderr
+    assert code == 2 and "unrecognized arguments: extra" in stderr

@@ -114,9 +114,8 @@ def test_unset_grant_value_is_no_grant():
 def test_only_a_malformed_grant_draws_advice_for_a_refusal():
     advice = malformed_grant_advice(resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="{"))
     assert advice == (
-        f"The grant in MCP_SKILL_RUN could not be parsed: MCP_SKILL_RUN is not valid JSON: {BAD_JSON}; nothing is "
-        "granted, so no script may run until it is fixed. Fix MCP_SKILL_RUN (the README gives its syntax: a JSON "
-        "array of {skill, script, env?} objects)."
+        f"The grant is malformed: MCP_SKILL_RUN is not valid JSON: {BAD_JSON}; nothing is granted, so no script may "
+        "run until it is fixed. The README gives its syntax: a JSON array of {skill, script, env?} objects."
     )
     parsed = [resolve(SKILLS_DIR="/b"), resolve(MCP_SKILLS_PATH="/a"), resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="[]")]
     assert [malformed_grant_advice(state) for state in parsed] == [None, None, None]

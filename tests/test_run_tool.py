@@ -25,7 +25,9 @@ import pytest
 from structlog.testing import capture_logs
 from support import ERAS, REPO, connect, deployment_for, error_text, payload, write_skill
 
+from skill_mcp import run_tool
 from skill_mcp.run_tool import RunService
+from skill_mcp.runner import RunOutcome
 
 pytestmark = pytest.mark.anyio
 
@@ -539,9 +541,9 @@ async def test_a_malformed_grant_says_why_in_the_not_granted_refusal(
     assert error_text(refused) == (
         '"scripts/mark.py" is declared by the skill "fence" but is not granted for this deployment, so it may not run'
         "\n\nHint: Nothing may run for this skill: a script needs both an mcp-host.run entry in SKILL.md AND "
-        "acceptance by this deployment; skill_list shows which is missing. The grant in MCP_SKILL_RUN could not be "
-        f"parsed: {error}; nothing is granted, so no script may run until it is fixed. Fix MCP_SKILL_RUN (the "
-        "README gives its syntax: a JSON array of {skill, script, env?} objects)."
+        f"acceptance by this deployment; skill_list shows which is missing. The grant is malformed: {error}; nothing "
+        "is granted, so no script may run until it is fixed. The README gives its syntax: a JSON array of "
+        "{skill, script, env?} objects."
     )
     assert [entry["reason"] for entry in events(logs, "run.refused")] == ["not-granted"]
     assert fence.runs() == []
@@ -1182,6 +1184,51 @@ async def test_run_events_carry_the_section_13_fields(fence: Fence, era: str) ->
          "stderrBytes": len(result["stderr"].encode()), "env": env},
     ]
     assert type(start["pid"]) is int and start["pid"] > 0
+
+
+STOPPED_END = {"event": "run.end", "log_level": "info", "skill": "fence", "script": "scripts/mark.py",
+               "exitCode": None, "signal": "SIGKILL", "timedOut": False, "truncated": None, "stdoutBytes": None,
+               "stderrBytes": None, "env": ["HOME", "PATH"], "cancelled": True}
+
+
+async def test_a_run_that_fails_unexpectedly_after_its_start_still_logs_its_end(
+    fence: Fence, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No real input makes the runner fail after the spawn, so the fault is injected: every run.start has its run.end.
+    async def failing_run_process(*args: Any, on_start: Any, **kwargs: Any) -> RunOutcome:
+        on_start(os.getpid())
+        raise RuntimeError("runner bug")
+
+    monkeypatch.setattr(run_tool, "run_process", failing_run_process)
+    service = fence.service()
+    with capture_logs() as logs:
+        async with connect(service.deployment, "legacy", service.call) as client:
+            token = await token_for(client, call())
+            failed = await client.call_tool("skill_run", {**call(), "confirmToken": token})
+    assert failed.is_error and "internal error occurred in skill_run" in error_text(failed)
+    ends = [{key: value for key, value in entry.items() if key != "durationMs"} for entry in events(logs, "run.end")]
+    assert [entry["event"] for entry in events(logs)][-2:] == ["run.start", "run.end"] and ends == [STOPPED_END]
+    assert [entry["errorType"] for entry in events(logs, "tool.error")] == ["RuntimeError"]
+
+
+async def test_a_shutdown_racing_a_runs_own_end_logs_one_run_end(fence: Fence, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The exit watchdog's shutdown runs on its own thread: here it lands between the script's exit and the call's
+    # own run.end, which must then not log a second, contradictory one.
+    service = fence.service()
+    real_run_process = run_tool.run_process
+
+    async def shutdown_at_the_end(*args: Any, **kwargs: Any) -> RunOutcome:
+        outcome = await real_run_process(*args, **kwargs)
+        assert await anyio.to_thread.run_sync(service.kill_active)
+        return outcome
+
+    monkeypatch.setattr(run_tool, "run_process", shutdown_at_the_end)
+    with capture_logs() as logs:
+        async with connect(service.deployment, "legacy", service.call) as client:
+            result = await confirmed_run(client, call())
+    assert result["exitCode"] == 0
+    ends = [{key: value for key, value in entry.items() if key != "durationMs"} for entry in events(logs, "run.end")]
+    assert ends == [STOPPED_END]
 
 
 async def test_no_value_argument_token_state_or_output_reaches_the_logs(fence: Fence) -> None:
