@@ -22,6 +22,12 @@ if [ "$(id -u)" != 0 ]; then
     exec "$@"
 fi
 
+# Step 6 clears the capability bounding set only with SETPCAP, and setpriv does not fail without it: check first.
+needed=$((1 << 6 | 1 << 7 | 1 << 8)) # CAP_SETGID, CAP_SETUID, CAP_SETPCAP
+effective=$(sed -n 's/^CapEff:[[:space:]]*//p' "/proc/$$/status")
+[ $((0x$effective & needed)) = "$needed" ] ||
+    die "started as root without SETUID, SETGID and SETPCAP (CapEff $effective), so it could not drop every capability: add --cap-add SETUID --cap-add SETGID --cap-add SETPCAP; refusing to start"
+
 as_app() {
     setpriv --reuid "$APP_ID" --regid "$APP_ID" --clear-groups \
         --inh-caps=-all --bounding-set=-all --no-new-privs "$@"

@@ -368,6 +368,22 @@ def test_entrypoint_as_root_without_net_admin_refuses_to_start(shared_dir: Path)
     assert "Operation not permitted" in proc.stderr
 
 
+@pytest.mark.parametrize("missing", ["setpcap", "setuid", "setgid"])
+def test_entrypoint_as_root_without_a_capability_it_drops_with_refuses_to_start(shared_dir: Path, missing: str) -> None:
+    # Without SETPCAP, setpriv leaves the bounding set as it is and still runs the command.
+    need("setpriv", "unshare", "nft", SYSTEM_PYTHON, root=True)
+    env = stage(shared_dir, "192.0.2.10\n")
+    marker = shared_dir / "command-ran"
+    proc = subprocess.run(
+        ["unshare", "--net", "setpriv", "--inh-caps=-all", f"--bounding-set=-{missing}",
+         str(shared_dir / "entrypoint.sh"), "touch", str(marker)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0 and not marker.exists()
+    assert "started as root without SETUID, SETGID and SETPCAP (CapEff " in proc.stderr
+    assert "add --cap-add SETUID --cap-add SETGID --cap-add SETPCAP; refusing to start" in proc.stderr
+
+
 def test_entrypoint_as_root_loads_the_policy_and_drops_everything(shared_dir: Path, netns: str) -> None:
     need("setpriv", "unshare", "mount", SYSTEM_PYTHON)
     env = stage(shared_dir, "192.0.2.10\nlocalhost\n")
