@@ -129,6 +129,8 @@ def test_a_root_holding_a_lowercase_skill_md_is_told_so(root):
     assert reasons(catalog)[1:] == [(str(root / "scripts"), "no-skill-md")]
     (root / "skill.md").unlink()
     assert reasons(discover([str(root)], 32)) == [(str(root / "scripts"), "no-skill-md")]  # a plain root: no note
+    (root / "SKILL.md").mkdir()  # the right name, not a file: no case note at the root either
+    assert [reason for reason in reasons(discover([str(root)], 32)) if reason[0] == str(root)] == []
 
 
 def test_a_root_that_is_not_missing_gets_no_expansion_note(tmp_path):
