@@ -53,17 +53,22 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
                 skills.append(skill)
     served = _refuse_duplicates(skills, problems)
     if len(served) > max_skills:
-        ignored = len(served) - max_skills
+        ignored = [skill.name for skill in served[max_skills:]]
+        more = ", …" if len(ignored) > _IGNORED_NAMED else ""
         problems.append(
             Problem(
                 ":".join(roots),
                 "skill-limit",
                 f"found {len(served)} skills but the limit is {max_skills} (MCP_MAX_SKILLS); "
-                f"the first {max_skills} are served, {ignored} ignored",
+                f"the first {max_skills} are served, {len(ignored)} ignored: "
+                f"{', '.join(quoted(name) for name in ignored[:_IGNORED_NAMED])}{more}",
             )
         )
         served = served[:max_skills]
     return Catalog(skills=tuple(served), problems=tuple(_encodable(problem) for problem in problems))
+
+
+_IGNORED_NAMED = 8  # skills past the limit named in its problem
 
 
 @dataclass

@@ -845,7 +845,17 @@ def test_more_skills_than_the_limit_keeps_the_first(tmp_path):
     assert names(catalog) == [f"s{index:02d}" for index in range(32)]
     problem = only_problem(catalog, "skill-limit")
     assert problem.path == f"{first}:{second}"
-    assert "33" in problem.detail and "32" in problem.detail and "1 ignored" in problem.detail
+    assert problem.detail == (
+        'found 33 skills but the limit is 32 (MCP_MAX_SKILLS); the first 32 are served, 1 ignored: "s32"'
+    )
+
+
+def test_the_skill_limit_names_the_first_ignored_skills(root):
+    for index in range(12):
+        make_skill(root, f"s{index:02d}")
+    [problem] = discover([str(root)], 3).problems
+    ignored = ", ".join(f'"s{index:02d}"' for index in range(3, 11))
+    assert problem.detail.endswith(f"the first 3 are served, 9 ignored: {ignored}, …")
 
 
 def test_a_limit_met_exactly_serves_every_skill_without_a_skill_limit_problem(root):
