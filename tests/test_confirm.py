@@ -169,8 +169,19 @@ def test_token_with_authentic_mac_but_bad_claims_is_invalid():
     good = {"t": "skill_run", "g": TARGET, "h": "HASH", "exp": NOW + 1000, "n": NONCE_TEXT}
     assert verify(forged(good)).ok
     for bad in ({**good, "t": "other"}, {**good, "exp": "soon"}, {**good, "exp": True}, {**good, "n": "../x"},
-                {**good, "extra": 1}, {k: v for k, v in good.items() if k != "h"}):
+                {**good, "extra": 1}, {k: v for k, v in good.items() if k != "h"},
+                {**good, "h": 1}):  # a hash that is no string is a bad claim, not a changed draft
         assert verify(forged(bad)).error == TOKEN_INVALID, bad
+
+
+def test_a_second_spelling_of_the_same_mac_bytes_is_invalid():
+    # The MAC's last base64url character carries 2 spare bits: only the canonical text may pass, not the three
+    # other spellings that decode to the same bytes, so a token or state has exactly one accepted form.
+    assert EXPECTED_TOKEN.endswith("8") and EXPECTED_STATE.endswith("o")
+    for spare in "9-_":
+        assert verify(EXPECTED_TOKEN[:-1] + spare).error == TOKEN_INVALID
+    for spare in "pqr":
+        assert open_(EXPECTED_STATE[:-1] + spare) is None
 
 
 def test_other_target_is_invalid_even_when_expired_and_reused():
@@ -292,6 +303,26 @@ def test_file_store_directories_are_private_whatever_the_umask(tmp_path):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
 
 
+def test_a_spent_record_is_private_whatever_the_umask(tmp_path):
+    # The record is the spend itself: created 0600, not widened by a permissive umask.
+    previous = os.umask(0)
+    try:
+        assert FileSpentStore(str(tmp_path)).spend(NONCE_TEXT, NOW + 600000, NOW)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / ".mcp-confirm" / "spent" / NONCE_TEXT).lstat().st_mode) == 0o600
+
+
+def test_any_entry_at_the_nonce_counts_as_spent_even_a_dangling_link(tmp_path):
+    # spend() cannot create a record where any entry already is (O_EXCL), so is_spent must agree and say
+    # TOKEN_REUSED at verification, rather than pass a token whose spend is then bound to fail.
+    store = FileSpentStore(str(tmp_path))
+    os.makedirs(store.directory)
+    os.symlink(tmp_path / "nowhere", os.path.join(store.directory, NONCE_TEXT))
+    assert verify(EXPECTED_TOKEN, spent=store).error == TOKEN_REUSED
+    assert not store.spend(NONCE_TEXT, NOW + 600000, NOW)
+
+
 def test_file_store_prunes_expired_records_on_spend(tmp_path):
     store = FileSpentStore(str(tmp_path))
     store.spend("AAAAAAAAAAAAAAAAAAAAAA", NOW + 10, NOW)
@@ -318,7 +349,7 @@ def test_pruning_skips_what_is_not_a_record_without_blocking(tmp_path):
     assert sorted(os.listdir(store.directory)) == sorted([NONCE_TEXT, "BBBBBBBBBBBBBBBBBBBBBB", "CCCCCCCCCCCCCCCCCCCCCC"])
 
 
-@pytest.mark.parametrize("nonce", ["../../etc/passwd", "", ".", "AAECAwQFBgcICQoLDA0OD/", "A" * 23])
+@pytest.mark.parametrize("nonce", ["../../etc/passwd", "", ".", "AAECAwQFBgcICQoLDA0OD/", "A" * 23, "A" * 21 + "."])
 def test_file_store_refuses_a_nonce_that_is_not_a_plain_name(tmp_path, nonce):
     store = FileSpentStore(str(tmp_path))
     with pytest.raises(ValueError):

@@ -166,6 +166,14 @@ def test_undeclared_script_grants_nothing():
     ))]
 
 
+def test_undeclared_script_with_env_draws_one_problem_and_grants_nothing():
+    # The row is dropped whole: its env is not checked against some other script, nor does it break the boot.
+    grant = granted('[{"skill": "weather", "script": "scripts/evil.js", "env": ["WEATHER_API_KEY"]}]')
+    effective, problems = apply_grant([WEATHER], grant)
+    assert effective == {"weather": ()}
+    assert [p.detail.split(" ")[3:5] for p in problems] == [["names", "script"]]
+
+
 def test_unserved_skill_problem_has_the_variable_as_path():
     _, problems = apply_grant([WEATHER], granted('[{"skill": "ghost", "script": "scripts/evil.js"}]'))
     assert problems == [Problem("MCP_SKILL_RUN", "grant", (

@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -352,6 +352,17 @@ async def test_preview_stage_refuses_before_any_question(fence: Fence, era: str,
     assert fence.runs() == [["mark"]]
 
 
+@pytest.mark.parametrize("script", ["./scripts/mark.py", "scripts//mark.py", "scripts/./mark.py", "scripts/mark.py ",
+                                    " scripts/mark.py", "Scripts/mark.py"])
+async def test_only_the_exact_declared_string_is_effective(fence: Fence, script: str) -> None:
+    # §9.1 step 4 is an exact string match: a spelling that names the same file is still "not declared".
+    service = fence.service()
+    async with connect(service.deployment, "legacy", service.call) as client:
+        result = await client.call_tool("skill_run", call(script=script))
+    assert error_text(result) == not_declared(script)
+    assert fence.runs() == []
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_unknown_skill_is_refused_at_the_preview_stage(fence: Fence, era: str) -> None:
     service = fence.service()
@@ -592,6 +603,9 @@ PATH1_REFUSALS = {
     "no content": (types.ElicitResult(action="accept"), "declined"),
     "string true": (types.ElicitResult(action="accept", content={"confirmed": "true"}), "declined"),
     "error": (types.ErrorData(code=-32603, message="no UI"), "failed"),
+    # Only the JSON boolean true approves, on "accept" only: not 1, and not a checked box the user then declined.
+    "number one": (types.ElicitResult(action="accept", content={"confirmed": 1}), "declined"),
+    "decline checked": (types.ElicitResult(action="decline", content={"confirmed": True}), "declined"),
 }
 
 
@@ -772,6 +786,17 @@ async def test_path2_answers_without_state_or_acceptance(fence: Fence) -> None:
     assert fence.runs() == []
 
 
+async def test_path2_an_acceptance_under_another_key_approves_nothing(fence: Fence) -> None:
+    # Only the answer to the question asked, inputResponses.confirm, counts; an "accept" filed under another key,
+    # even beside a valid state, is no confirmation.
+    service = fence.service()
+    async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as client:
+        state = assert_asked(await ask(client, call()), fence)
+        elsewhere = await ask(client, call(), input_responses={"other": ACCEPT}, request_state=state)
+    assert payload(elsewhere) == NOT_CONFIRMED
+    assert fence.runs() == []
+
+
 # --- 5c. path 3: tokens (§11.4, §11.5) ------------------------------------------------------------
 
 
@@ -885,6 +910,44 @@ async def test_path3_script_bytes_changed_after_preview_is_draft_changed(fence: 
     assert changed["preview"]["willRun"] == fence.plain()
     assert ran["stderr"] == "mark now says OUT-SENTINEL-7f3e\n"
     assert fence.runs() == [["mark"]]
+
+
+RESTART_CHANGES = {  # what changes across the restart, and the one willRun field that shows it
+    "ambient variable": "envNames",
+    "timeout": "timeoutMs",
+    "interpreter": "interpreter",
+    "skill moved": "cwd",
+}
+
+
+@pytest.mark.parametrize(
+    "change", [pytest.param(c, marks=needs_node) if c == "interpreter" else c for c in RESTART_CHANGES]
+)
+async def test_a_token_outliving_a_restart_runs_only_the_same_will_run(fence: Fence, change: str) -> None:
+    # A stable secret keeps a token valid across a restart, but the token binds every willRun field: a newly set
+    # variable, an edited timeout or interpreter, or a moved skill is DRAFT_CHANGED, never run as approved.
+    extra = {"MCP_CONFIRM_SECRET": "stable-secret"}
+    before = fence.service(**extra)
+    async with connect(before.deployment, "legacy", before.call) as client:
+        first = payload(await client.call_tool("skill_run", call()))
+    skill_md, root = fence.dir / "SKILL.md", fence.root
+    declared = "    - script: scripts/mark.py\n      interpreter: python3\n"
+    if change == "ambient variable":
+        extra["TZ"] = "UTC"
+    elif change == "timeout":
+        skill_md.write_text(skill_md.read_text().replace(declared, f"{declared}      timeout: 30\n"))
+    elif change == "interpreter":
+        skill_md.write_text(skill_md.read_text().replace(declared, declared.replace("python3", "node")))
+    else:
+        root = fence.base / "moved"
+        fence.root.rename(root)
+    after = fence.service(SKILLS_DIR=str(root), **extra)
+    async with connect(after.deployment, "legacy", after.call) as client:
+        changed = json.loads(error_text(await client.call_tool("skill_run", call(confirmToken=first["confirmToken"]))))
+    field = RESTART_CHANGES[change]
+    assert changed["error"] == "DRAFT_CHANGED"
+    assert changed["preview"]["willRun"][field] != first["preview"]["willRun"][field]
+    assert fence.runs() == []
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -1062,6 +1125,36 @@ async def test_the_host_secret_needs_an_absolute_data_dir_to_outlive_a_restart(f
     assert fence.runs() == []
 
 
+async def test_a_spend_lost_to_another_server_sharing_the_store_runs_nothing(
+    fence: Fence, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two servers sharing one secret and spent store can both pass the is-spent check for one token; the
+    # exclusive create of the record then lets only the first run it, and the other answers TOKEN_REUSED.
+    extra = {"MCP_CONFIRM_SECRET": "stable-secret", "MCP_DATA_DIR": str(fence.base / "data"), "MCP_SKILL_RUN": MARK_GRANT}
+    first, second = fence.service(**extra), fence.service(**extra)
+    async with connect(first.deployment, "legacy", first.call) as client:
+        token = await token_for(client, call())
+        payload(await client.call_tool("skill_run", call(confirmToken=token)))
+    monkeypatch.setattr(second._spent, "is_spent", lambda nonce: False)  # checked before the first spend landed
+    async with connect(second.deployment, "legacy", second.call) as client:
+        raced = await client.call_tool("skill_run", call(confirmToken=token))
+    assert json.loads(error_text(raced)) == rejected("TOKEN_REUSED")
+    assert fence.runs() == [["mark"]]
+
+
+async def test_the_default_clock_is_wall_time_in_milliseconds(fence: Fence) -> None:
+    # Without an injected clock a token expires TTL seconds from now: a clock in another unit would let it live
+    # for days, or never.
+    service = fence.service()
+    before = datetime.now(UTC)
+    async with connect(service.deployment, "legacy", service.call) as client:
+        first = payload(await client.call_tool("skill_run", call()))
+    after = datetime.now(UTC)
+    expires = datetime.strptime(first["expiresAt"], "%Y-%m-%dT%H:%M:%S.%f%z")
+    ttl, slack = timedelta(seconds=600), timedelta(milliseconds=1)  # the clock truncates to whole milliseconds
+    assert before + ttl - slack <= expires <= after + ttl
+
+
 async def test_an_unwritable_spent_store_refuses_the_run(fence: Fence) -> None:
     # §11.6: a spend that cannot be recorded would let the approval run again after a restart; fail closed.
     data_dir = fence.base / "data"
@@ -1083,6 +1176,26 @@ async def wait_for_runs(fence: Fence, count: int) -> None:
     with anyio.fail_after(5):
         while len(fence.runs()) < count:
             await anyio.sleep(0.02)
+
+
+async def test_refuse_mode_answers_unsupported_not_busy_while_a_run_is_in_flight(fence: Fence) -> None:
+    # Path 1 still runs in refuse mode; a token call alongside can never run, so it is not "busy" (wait and call
+    # again, which would never succeed): it gets the real reason, confirmation-unsupported.
+    service = fence.service(MCP_CONFIRM_MODE="refuse")
+    results: dict[str, Any] = {}
+    async with connect(service.deployment, "legacy", service.call, elicitation_callback=Asker()) as capable, \
+            connect(service.deployment, "legacy", service.call) as client:
+
+        async def slow() -> None:
+            results["slow"] = await capable.call_tool("skill_run", call(args=["--sleep", "1"]))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(slow)
+            await wait_for_runs(fence, 1)
+            with_token = await client.call_tool("skill_run", call(confirmToken="skmcp.token.v1.a.b"))
+    assert payload(with_token) == unsupported("no-elicitation")
+    assert stdout_of(payload(results["slow"]))["argv"] == ["--sleep", "1"]
+    assert fence.runs() == [["mark", "--sleep", "1"]]
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -1382,6 +1495,14 @@ async def test_the_resolve_check_comes_before_the_argument_caps(fence: Fence, er
     async with connect(service.deployment, era, service.call) as client:
         result = await client.call_tool("skill_run", call(script=script, args=["a\0b"]))
     assert error_text(result) == expected(fence)
+    assert fence.runs() == []
+
+
+async def test_more_than_64_arguments_are_refused_by_the_run_path_itself(fence: Fence) -> None:
+    # On the wire the schema's maxItems answers first; the run path keeps its own cap and message (§9.1 step 7)
+    # for any caller that reaches it without the schema.
+    result = await fence.service().call(None, call(args=["a"] * 65))  # type: ignore[arg-type]
+    assert error_text(result) == f"too many arguments: 65, the cap is 64\n\nHint: {ARGS_HINT}"
     assert fence.runs() == []
 
 
