@@ -292,8 +292,9 @@ def test_file_store_layout_and_modes(tmp_path):
     assert (spent_dir / NONCE_TEXT).read_text() == str(NOW + 600000)
 
 
-def test_file_store_directories_are_private_whatever_the_umask(tmp_path):
+def test_the_file_store_is_private_whatever_the_umask(tmp_path):
     # Under umask 000, makedirs left `.mcp-confirm` open: another uid could move `spent` away and replay a token.
+    # The record is the spend itself: created 0600, not widened either.
     previous = os.umask(0)
     try:
         assert FileSpentStore(str(tmp_path)).spend(NONCE_TEXT, NOW + 600000, NOW)
@@ -301,15 +302,6 @@ def test_file_store_directories_are_private_whatever_the_umask(tmp_path):
         os.umask(previous)
     for directory in (tmp_path / ".mcp-confirm", tmp_path / ".mcp-confirm" / "spent"):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
-
-
-def test_a_spent_record_is_private_whatever_the_umask(tmp_path):
-    # The record is the spend itself: created 0600, not widened by a permissive umask.
-    previous = os.umask(0)
-    try:
-        assert FileSpentStore(str(tmp_path)).spend(NONCE_TEXT, NOW + 600000, NOW)
-    finally:
-        os.umask(previous)
     assert stat.S_IMODE((tmp_path / ".mcp-confirm" / "spent" / NONCE_TEXT).lstat().st_mode) == 0o600
 
 
