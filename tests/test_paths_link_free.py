@@ -127,3 +127,30 @@ def test_the_opener_gives_up_for_good_when_a_filter_refuses_the_call(monkeypatch
     monkeypatch.setattr(paths.ctypes, "get_errno", lambda: errno.EPERM)
     assert opener("/") is None
     assert not opener.usable
+
+
+@pytest.mark.parametrize(
+    ("error", "gives_up"),
+    [
+        ("ENOSYS", True),
+        ("EPERM", True),
+        ("EINVAL", True),
+        ("E2BIG", True),
+        ("ELOOP", False),
+        ("ENOENT", False),
+        ("EACCES", False),
+    ],
+)
+def test_the_opener_gives_up_only_on_errors_that_say_the_call_is_unusable(monkeypatch, error, gives_up):
+    # ENOSYS (old kernel), EPERM (seccomp), EINVAL and E2BIG (a kernel that knows no such flags or struct) say the
+    # call will never work: once given up, no further system call is spent. A link or a missing file says nothing.
+    import errno
+
+    calls = []
+    opener = Openat2(number=437)
+    monkeypatch.setattr(opener, "_syscall", lambda *arguments: calls.append(arguments) or -1)
+    monkeypatch.setattr(paths.ctypes, "get_errno", lambda: getattr(errno, error))
+    assert opener("/") is None
+    assert opener.usable is not gives_up
+    assert opener("/") is None
+    assert len(calls) == (1 if gives_up else 2)

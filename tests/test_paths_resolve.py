@@ -1,9 +1,10 @@
 """The resolve check against real files and links (SPEC §6.2, §17 items 75–77)."""
 
 import os
+import stat
 
 import pytest
-from support import mount_namespace, resolve_in_skill
+from support import fails_after, mount_namespace, resolve_in_skill
 
 from skill_mcp import paths
 from skill_mcp.paths import PATH_HINT, PathRefused, SkillDir, describe_refusal, path_refusal
@@ -73,6 +74,8 @@ def test_path_through_a_directory_link_inside_resolves(layout):
         ("evil.txt", "../skill-evil/x.txt", "evil.txt"),
         ("outdir", "{root}/outdir", "outdir/secret.txt"),
         ("up", "..", "up/outside.txt"),
+        # Containment is judged before the file type: what lies outside is never described (here: a directory).
+        ("outdir", "{root}/outdir", "outdir"),
     ],
 )
 def test_links_leaving_the_skill_are_refused_as_outside(layout, link_name, target, rel):
@@ -252,3 +255,80 @@ def test_opened_refuses_like_resolve_and_leaks_no_descriptor(layout):
                 pass
     if before is not None:
         assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_opened_closes_its_descriptor_when_the_reader_fails(layout):
+    # A reader that raises (a digest over its budget, a failed read) must not leak the descriptor it was given.
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(RuntimeError), SkillDir(str(layout / "skill")).opened("notes.md"):
+        raise RuntimeError("the reader failed")
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_link_swapped_in_after_the_realpath_is_not_followed(layout, monkeypatch):
+    # The realpath fallback opens the checked real path again: with no O_NOFOLLOW, a link put there since would
+    # be followed out of the skill while the path string still passes the containment check.
+    skill = layout / "skill"
+    os.symlink("notes.md", skill / "alias.md")  # through a link: never the link-free open
+    os.symlink(layout / "outside.txt", skill / "planted")
+    resolve = paths.real_path
+
+    def resolve_then_swap(path):
+        real = resolve(path)
+        if real == str(skill / "notes.md"):
+            os.replace(skill / "planted", skill / "notes.md")
+        return real
+
+    monkeypatch.setattr(paths, "real_path", resolve_then_swap)
+    try:
+        fd, _, _ = SkillDir(str(skill)).open("alias.md")
+    except (OSError, PathRefused):  # refused, or the open met the link: nothing was served
+        return
+    try:
+        assert os.read(fd, 100) != b"secret"
+    finally:
+        os.close(fd)
+
+
+def test_a_file_swapped_for_a_fifo_after_the_check_is_refused(layout, monkeypatch):
+    # The file checked can be replaced before it is opened: what was opened is checked again, so a FIFO swapped
+    # in is refused as not regular instead of being served as an empty file.
+    skill = layout / "skill"
+    os.symlink("notes.md", skill / "alias.md")  # through a link: never the link-free open
+    check = SkillDir._check
+
+    def check_then_swap(self, rel, real, status):
+        check(self, rel, real, status)
+        if not stat.S_ISFIFO(os.lstat(skill / "notes.md").st_mode):
+            os.remove(skill / "notes.md")
+            os.mkfifo(skill / "notes.md")
+
+    monkeypatch.setattr(SkillDir, "_check", check_then_swap)
+    with fails_after(5):
+        try:
+            fd, _, status = SkillDir(str(skill)).open("alias.md")
+        except PathRefused:
+            return
+    try:
+        assert stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 100) == b"notes"
+    finally:
+        os.close(fd)
+
+
+def test_the_check_then_open_way_reads_the_inode_it_checked_not_what_now_sits_at_its_path(layout, monkeypatch):
+    # The checked handle is reopened through /proc/self/fd; reopening its path instead would follow a link
+    # swapped in after the last check, out of the skill.
+    skill = layout / "skill"
+    os.symlink("notes.md", skill / "alias.md")  # through a link: the full check
+    os.symlink(layout / "outside.txt", skill / "planted")
+    is_real_path_here = paths._is_real_path_here
+
+    def check_then_swap(path, status):
+        here = is_real_path_here(path, status)
+        if path == str(skill / "notes.md") and os.path.lexists(skill / "planted"):
+            os.replace(skill / "planted", skill / "notes.md")
+        return here
+
+    monkeypatch.setattr(paths, "_is_real_path_here", check_then_swap)
+    with SkillDir(str(skill)).opened("alias.md") as (fd, _):
+        assert os.read(fd, 100) == b"notes"

@@ -14,9 +14,18 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import ERAS, connect, deployment_for, error_text, payload, write_skill
+from support import (
+    ERAS,
+    as_unprivileged,
+    connect,
+    deployment_for,
+    error_text,
+    payload,
+    world_readable_dir,
+    write_skill,
+)
 
-from skill_mcp import tools
+from skill_mcp import surfaces, tools
 from skill_mcp.tools import minified
 
 pytestmark = pytest.mark.anyio
@@ -523,6 +532,79 @@ def test_skill_file_on_a_256_mib_file_grows_allocation_under_32_mib(root, files_
     assert json.loads(text)["files"][0]["truncated"] is True
     assert peak - baseline < 32 * MIB
 
+
+
+def test_skill_file_closes_every_descriptor_it_opened(root, files_skill):
+    # Pass 1 holds a descriptor per resolved path until pass 2 has read it: served, failed and over-budget calls
+    # must all give them back, or a long-lived server runs out of descriptors.
+    deployment = deployment_for({"SKILLS_DIR": str(root)})
+    before = len(os.listdir("/proc/self/fd"))
+    tools.skill_file(deployment, "files", ["notes.md", "image.png", "missing.txt", "sub", "link_out.txt", "notes.md"])
+    with pytest.raises(tools.ToolFailure):
+        tools.skill_file(deployment, "files", ["notes.md"] + ["sparse.bin"] * 5)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_skill_file_size_is_never_below_the_bytes_read_when_the_file_grew_after_pass_1(root, files_skill, monkeypatch):
+    # §6.3: size = max(st_size, bytes read). A file appended to between pass 1 (its stat) and pass 2 (its read)
+    # comes back whole, and its size must cover every byte returned.
+    real_read = tools.read_capped_fd
+
+    def grow_then_read(fd, max_bytes, status):
+        with open(os.path.join(files_skill, "notes.md"), "a") as notes:
+            notes.write("appended\n")
+        return real_read(fd, max_bytes, status)
+
+    monkeypatch.setattr(tools, "read_capped_fd", grow_then_read)
+    (entry,) = tools.skill_file(deployment_for({"SKILLS_DIR": str(root)}), "files", ["notes.md"])["files"]
+    assert entry["content"] == "# Notes\n  indented\ttab  \nappended\n"
+    assert entry["size"] == len(entry["content"]) == 34
+
+
+def test_a_file_the_server_may_not_read_fails_its_entry_and_its_resource_read():
+    # A mode-0 file resolves (its path is fine) but cannot be opened for reading: skill_file fails only that
+    # entry, and resources/read answers the same message as invalid params, not an internal error.
+    root = world_readable_dir()
+    skill = write_skill(root, "locked", files={"secret.txt": "secret\n", "open.txt": "open\n"})
+    (skill / "secret.txt").chmod(0)
+    try:
+        deployment = deployment_for({"SKILLS_DIR": str(root)})
+
+        def read_both():
+            read = tools.skill_file(deployment, "locked", ["secret.txt", "open.txt"])
+            try:
+                surfaces.read_resource(deployment, "skill://locked/secret.txt")
+            except surfaces.BadRequest as refused:
+                return read, str(refused)
+            return read, None
+
+        read, refused = as_unprivileged(read_both)
+    finally:
+        shutil.rmtree(root)
+    message = '"secret.txt" could not be read: Permission denied'
+    assert read["files"][0] == {"path": "secret.txt", "error": message}
+    assert read["files"][1]["content"] == "open\n"
+    assert refused == message
+
+
+def test_a_read_error_in_pass_2_fails_only_its_own_entry(root, files_skill, monkeypatch):
+    # §7.3 step 3: a file that resolved in pass 1 can still fail to read (EIO on a failing disk); that becomes
+    # its entry's error and the other files are still served.
+    import errno
+
+    real_read = tools.read_capped_fd
+    calls = []
+
+    def failing_first_read(fd, max_bytes, status):
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_read(fd, max_bytes, status)
+
+    monkeypatch.setattr(tools, "read_capped_fd", failing_first_read)
+    read = tools.skill_file(deployment_for({"SKILLS_DIR": str(root)}), "files", ["notes.md", "sub/inner.txt"])
+    assert read["files"][0] == {"path": "notes.md", "error": '"notes.md" could not be read: Input/output error'}
+    assert read["files"][1]["content"] == "inner\n"
 
 # --- bad input: clear isError, the server keeps serving (§5.3) ----------------------------------------------
 

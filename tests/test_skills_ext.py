@@ -311,6 +311,66 @@ async def test_an_unknown_cursor_is_invalid_params(tmp_path: Any, era: str) -> N
             assert "unknown cursor" in error.error.message
 
 
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_cursor_at_the_end_of_a_full_last_page_is_unknown(tmp_path: Any, era: str) -> None:
+    # Exactly 16 skills and exactly 500 children: each list is one full page with no nextCursor, so "16" and
+    # "500" were never issued and must be unknown, not an empty page past the end.
+    for index in range(15):
+        plain_skill(str(tmp_path), f"skill-{index:02d}")
+    plain_skill(str(tmp_path), "omega", {f"{index:03d}.txt": "x" for index in range(499)})  # and SKILL.md: 500
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    async with connect(deployment, era) as client:
+        listed = await call(client, "skills/list")
+        directory = await call(client, "resources/directory/read", uri="skill://omega")
+        errors = [
+            await refused(client, "skills/list", cursor="16"),
+            await refused(client, "resources/directory/read", uri="skill://omega", cursor="500"),
+        ]
+    assert len(listed["skills"]) == 16 and "nextCursor" not in listed
+    assert len(directory["resources"]) == 500 and "nextCursor" not in directory
+    for error in errors:
+        assert error.error.code == types.INVALID_PARAMS and "unknown cursor" in error.error.message
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_dynamic_when_an_added_symlinked_skill_md_makes_513_entries(tmp_path: Any, era: str) -> None:
+    # The 512-entry limit counts the resources array, which gains SKILL.md when it is an in-skill link outside the
+    # manifest: 512 manifest files plus it are 513 entries.
+    directory = plain_skill(str(tmp_path), "alpha", many_files(511))
+    os.rename(os.path.join(directory, "SKILL.md"), os.path.join(directory, "real.md"))
+    os.symlink("real.md", os.path.join(directory, "SKILL.md"))
+    deployment = deployment_for({"SKILLS_DIR": str(tmp_path)})
+    assert len(deployment.by_name["alpha"].manifest) == 512
+    assert await get_resources(deployment, era, "alpha") == "dynamic"
+
+
+async def test_a_frontmatter_name_differing_from_the_directory_only_in_case_is_excluded(root: Any) -> None:
+    # §12.2: the name must equal the directory name exactly; the extension's URI ends in the directory name.
+    write_skill(root, "Alpha", "name: alpha\ndescription: Cased.\n")
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), "auto") as client:
+        listed = await call(client, "skills/list")
+        problems = payload(await client.call_tool("skill_list", {}))["problems"]
+    assert listed["skills"] == []
+    assert [problem["reason"] for problem in problems] == ["name-mismatch", "extension-excluded"]
+    assert 'frontmatter name "alpha" differs from its directory name "Alpha"' in problems[1]["detail"]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_skills_list_follows_catalog_order_across_roots(tmp_path: Any, era: str) -> None:
+    # §12.4: catalog order, which is root by root (as skill_list and resources/list give it), not one name sort.
+    first, second = tmp_path / "first", tmp_path / "second"
+    plain_skill(str(first), "zeta")
+    plain_skill(str(first), "mid")
+    plain_skill(str(second), "alpha")
+    async with connect(deployment_for({"MCP_SKILLS_PATH": f"{first}:{second}"}), era) as client:
+        listed = await call(client, "skills/list")
+    assert [entry["uri"] for entry in listed["skills"]] == [
+        "skill://mid/SKILL.md",
+        "skill://zeta/SKILL.md",
+        "skill://alpha/SKILL.md",
+    ]
+
 # --- directory resources -----------------------------------------------------------------------
 
 
