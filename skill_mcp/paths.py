@@ -288,7 +288,8 @@ class SkillDir:
         except OSError:
             raise self._not_a_file(rel) from None
         self._check(rel, real, status)
-        # Opened by its checked real path, refusing a link swapped in since; a file swapped in is checked again.
+        # Opened by its checked real path: O_NOFOLLOW refuses a final link swapped in since, and a file swapped in is
+        # checked again. A directory on the way swapped for a link is caught only with O_PATH and /proc (above).
         fd = os.open(real, _READ_FLAGS | os.O_NOFOLLOW)
         try:
             status = os.fstat(fd)
