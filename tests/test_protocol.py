@@ -175,6 +175,26 @@ async def test_instructions_stay_bounded_with_4096_skills(root, era):
     assert "4032" in lines[-1] and "skill_list" in lines[-1]
 
 
+async def test_a_description_of_exactly_160_characters_is_not_cut(root, era):
+    base = deployment_for({"SKILLS_DIR": str(root)})
+    exact, over = ("e" * 160, "o" * 161)
+    skills = tuple(
+        dataclasses.replace(skill, description=text) for skill, text in zip(synthetic_skills(2), (exact, over))
+    )
+    async with connect(dataclasses.replace(base, skills=skills), era) as client:
+        lines = client.instructions.split("\n")
+    assert lines[1:] == [f"- skill-0000: {exact}", f"- skill-0001: {'o' * 159}…"]
+
+
+async def test_instructions_are_cut_at_16384_characters_whatever_the_names(root, era):
+    # Served names are at most 64 characters, which keeps 64 lines under the cap; the cap still holds for more.
+    base = deployment_for({"SKILLS_DIR": str(root)})
+    skills = tuple(dataclasses.replace(skill, name=f"{skill.name}-{'n' * 300}") for skill in synthetic_skills(64))
+    async with connect(dataclasses.replace(base, skills=skills), era) as client:
+        text = client.instructions
+    assert len(text) == 16384 and text.startswith(FIRST_SENTENCE)
+
+
 # --- tools/list (§5.2) ------------------------------------------------------------------------------------
 
 
