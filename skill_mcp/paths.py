@@ -289,11 +289,15 @@ class SkillDir:
             raise self._not_a_file(rel) from None
         self._check(rel, real, status)
         # Opened by its checked real path: O_NOFOLLOW refuses a final link swapped in since, and a file swapped in is
-        # checked again. A directory on the way swapped for a link is caught only with O_PATH and /proc (above).
+        # checked again. A directory on the way swapped for a link is followed by the open, so the path must still
+        # resolve to itself and name the opened inode; only a swap undone within the open is missed (O_PATH and
+        # /proc, above, close even that).
         fd = os.open(real, _READ_FLAGS | os.O_NOFOLLOW)
         try:
             status = os.fstat(fd)
             self._check(rel, real, status)
+            if not _is_real_path_here(real, status):
+                raise self._outside(rel)
         except BaseException:
             os.close(fd)
             raise

@@ -280,14 +280,39 @@ def test_a_link_swapped_in_after_the_realpath_is_not_followed(layout, monkeypatc
         return real
 
     monkeypatch.setattr(paths, "real_path", resolve_then_swap)
+    assert_serves_no_secret(skill, "alias.md")
+
+
+def assert_serves_no_secret(skill, rel):
     try:
-        fd, _, _ = SkillDir(str(skill)).open("alias.md")
-    except (OSError, PathRefused):  # refused, or the open met the link: nothing was served
+        fd, _, _ = SkillDir(str(skill)).open(rel)
+    except (OSError, PathRefused):  # refused, or the open met a link: nothing was served
         return
     try:
         assert os.read(fd, 100) != b"secret"
     finally:
         os.close(fd)
+
+
+def test_a_directory_swapped_for_a_link_after_the_realpath_is_not_followed_out(layout, monkeypatch):
+    # Without O_PATH and /proc the file is opened by its checked real path, which follows a directory on the way
+    # that was swapped for a link since: the path must still resolve to itself, or nothing is served.
+    skill = layout / "skill"
+    (layout / "outdir" / "ok.js").write_text("secret")
+    resolve = paths.real_path
+    swapped = []
+
+    def resolve_then_swap(path):
+        real = resolve(path)
+        if not swapped and real == str(skill / "scripts" / "ok.js"):
+            os.rename(skill / "scripts", skill / "scripts.orig")
+            os.symlink(layout / "outdir", skill / "scripts")
+            swapped.append(real)
+        return real
+
+    monkeypatch.setattr(paths, "real_path", resolve_then_swap)
+    os.symlink("scripts/ok.js", skill / "alias.js")  # through a link: never the link-free open
+    assert_serves_no_secret(skill, "alias.js")
 
 
 def test_a_file_swapped_for_a_fifo_after_the_check_is_refused(layout, monkeypatch):
