@@ -9,7 +9,7 @@ import errno
 import os
 import stat
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
@@ -100,9 +100,6 @@ def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootSca
             seen_dirs.add(real_root)
             scan.candidates.append(real_root)
         return scan
-    if case_note := _case_note(real_root):  # most likely one skill's folder, given as the root
-        detail = "this root has no SKILL.md, so it is not a skill itself; only its directories are scanned for skills"
-        scan.problems.append(Problem(real_root, "no-skill-md", detail + case_note))
     scanned_dirs.add(real_root)
     seen_dirs.add(real_root)
     _scan_entries(scan, root, real_root, real_root, seen_dirs, at_root=True)
@@ -139,6 +136,9 @@ def _scan_entries(
         detail = f"cannot list this directory: {os_error_text(error)}"
         scan.problems.append(Problem(scan_path, "root-unreadable", detail))
         return
+    if at_root and (case_note := _case_note(entry.name for entry in entries)):  # one skill's folder as the root
+        detail = "this root has no SKILL.md, so it is not a skill itself; only its directories are scanned for skills"
+        scan.problems.append(Problem(real_scan_path, "no-skill-md", detail + case_note))
     for entry in entries:
         if entry.name.startswith("."):
             continue
@@ -177,7 +177,7 @@ def _scan_entries(
             scan.candidates.append(real)
         else:
             scan.missing_skill_md.append(
-                Problem(real, "no-skill-md", "this directory has no SKILL.md, so it is not a skill" + _case_note(real))
+                Problem(real, "no-skill-md", "this directory has no SKILL.md, so it is not a skill" + _case_note_of(real))
             )
 
 
@@ -191,13 +191,16 @@ def _unexpanded_note(root: str, error: OSError) -> str:
 _CASE_PROBE_ENTRIES = 4096  # a directory without SKILL.md may be large; its first names are enough for a hint
 
 
-def _case_note(directory: str) -> str:
-    """A hint naming a file that differs from SKILL.md only in case, in a directory known to lack SKILL.md."""
+def _case_note_of(directory: str) -> str:
     try:
         with os.scandir(directory) as listing:
-            names = [entry.name for entry in islice(listing, _CASE_PROBE_ENTRIES)]
+            return _case_note([entry.name for entry in islice(listing, _CASE_PROBE_ENTRIES)])
     except OSError:
         return ""
+
+
+def _case_note(names: Iterable[str]) -> str:
+    """A hint naming a file that differs from SKILL.md only in case, among a directory's names (it lacks SKILL.md)."""
     misspelled = sorted(name for name in names if name.lower() == SKILL_MD.lower() and name != SKILL_MD)
     return f" (it has {quoted(misspelled[0])}: the name is case-sensitive, rename it SKILL.md)" if misspelled else ""
 
