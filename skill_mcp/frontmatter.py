@@ -13,6 +13,7 @@ from ruamel.yaml.composer import MaxDepthExceededError
 from ruamel.yaml.constructor import ConstructorError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scanner import Scanner
 from ruamel.yaml.tokens import AliasToken, AnchorToken, DirectiveToken, TagToken
 
@@ -100,6 +101,7 @@ def _load_yaml(raw_yaml: str) -> Any:
     yaml = YAML(typ="safe", pure=True)
     yaml.max_depth = MAX_YAML_DEPTH
     yaml.Scanner = _RefusingScanner
+    yaml.Resolver = _CoreResolver
     yaml.Constructor = _Constructor
     try:
         return yaml.load(raw_yaml)
@@ -143,6 +145,27 @@ class _RefusingScanner(Scanner):
         else:
             return token
         raise FrontmatterError(f"SKILL.md frontmatter uses {used}, which is refused" + _position(token.start_mark))
+
+
+class _CoreResolver(VersionedResolver):
+    """The YAML 1.2 core schema. ruamel's 1.2 rules also resolve two YAML 1.1 types, the merge key `<<` (which drops
+    the key and merges its mapping into the parent) and the value key `=` (which no safe constructor builds), and
+    read `0b101`, `1_000` and `1_0.5` as numbers: under the core schema all of these are strings."""
+
+    def add_version_implicit_resolver(self, version: Any, tag: Any, regexp: Any, first: Any) -> None:
+        if tag not in _NOT_IN_CORE_SCHEMA:
+            super().add_version_implicit_resolver(version, tag, _CORE_NUMBERS.get(tag, regexp), first)
+
+
+_NOT_IN_CORE_SCHEMA = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
+# YAML 1.2.2 §10.3.2; a float needs a point or an exponent here, since ruamel tries floats before integers.
+_CORE_NUMBERS = {
+    "tag:yaml.org,2002:int": re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z"),
+    "tag:yaml.org,2002:float": re.compile(
+        r"(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
+    ),
+}
 
 
 class _Constructor(SafeConstructor):

@@ -15,7 +15,13 @@ from support import as_unprivileged, mount_namespace, world_readable_dir
 from skill_mcp import catalog as catalog_module
 from skill_mcp import paths
 from skill_mcp.catalog import discover
-from skill_mcp.limits import MAX_SKILL_MD_BYTES, MAX_UNLISTED_ENTRIES, MAX_UNUSABLE_PATH_PROBLEMS
+from skill_mcp.limits import (
+    MAX_DIRS_PER_SKILL,
+    MAX_FILES_PER_SKILL,
+    MAX_SKILL_MD_BYTES,
+    MAX_UNLISTED_ENTRIES,
+    MAX_UNUSABLE_PATH_PROBLEMS,
+)
 from skill_mcp.model import ManifestEntry, Problem
 from skill_mcp.paths import open_directory_in_place
 
@@ -228,6 +234,15 @@ def test_a_skill_md_spelt_in_other_case_is_named_in_the_problem(root, spelling):
     )
 
 
+def test_of_several_case_misspellings_the_first_in_code_point_order_is_named(root):
+    # The hint names one file; which one must not depend on the order the file system lists them in.
+    (root / "notes").mkdir()
+    for spelling in ("skill.md", "sKILL.md", "Skill.md", "SKILL.Md", "SKILL.MD", "skill.MD"):
+        (root / "notes" / spelling).write_text("---\nname: notes\ndescription: d\n---\n")
+    problem = only_problem(discover([str(root)], 32), "no-skill-md")
+    assert '(it has "SKILL.MD": the name is case-sensitive' in problem.detail
+
+
 def test_entries_linking_out_are_refused_at_their_own_paths(tmp_path, root):
     outside = tmp_path / "outside"
     make_skill(outside, "evil")
@@ -301,6 +316,15 @@ def test_only_the_root_level_skills_entry_is_quiet(root):
     catalog = discover([str(root)], 32)
     problem = only_problem(catalog, "symlink-escape")
     assert problem.path == str(root / "skills" / "skills") and "broken symlink" in problem.detail
+
+
+def test_a_misspelt_skill_md_in_the_skills_directory_draws_no_problem(root):
+    # §3.3: the root-level `skills` entry never draws no-skill-md; the case note about a root is for the root.
+    (root / "skills").mkdir()
+    (root / "skills" / "skill.md").write_text("---\nname: skills\ndescription: d\n---\n")
+    make_skill(root / "skills", "alpha")
+    catalog = discover([str(root)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
 
 
 def test_root_reached_through_an_alias_is_scanned_once(root):
@@ -781,6 +805,46 @@ def test_a_skill_holding_more_unlisted_entries_than_the_walk_allows_stops_with_f
     assert served(catalog, "wide").file_limit_hit
 
 
+def test_names_skill_file_cannot_address_count_against_the_unlisted_budget(root):
+    skill_dir = make_skill(root, "flood")
+    for index in range(MAX_UNLISTED_ENTRIES + 1):
+        (skill_dir / f"n%{index:05d}").touch()
+    catalog = discover([str(root)], 32)
+    problem = only_problem(catalog, "file-limit")
+    assert f"more than {MAX_UNLISTED_ENTRIES} entries that are not listed" in problem.detail
+    assert served(catalog, "flood").file_limit_hit
+
+
+def test_a_directory_holding_exactly_what_every_budget_allows_is_walked_whole(root):
+    # One listing reads at most what the file, directory and unlisted budgets leave (plus one): all three count.
+    skill_dir = make_skill(root, "full")
+    write_many(skill_dir, MAX_FILES_PER_SKILL - 1)
+    for index in range(MAX_DIRS_PER_SKILL):
+        (skill_dir / f"d{index:04d}").mkdir()
+    for index in range(MAX_UNLISTED_ENTRIES):
+        os.mkfifo(skill_dir / f"p{index:05d}")
+    catalog = discover([str(root)], 32)
+    assert catalog.problems == ()
+    skill = served(catalog, "full")
+    assert (len(skill.manifest), skill.skipped_count) == (MAX_FILES_PER_SKILL, MAX_UNLISTED_ENTRIES)
+    assert not skill.file_limit_hit
+
+
+def test_one_entry_past_every_budget_left_stops_the_walk_instead_of_going_unread(root):
+    # The directories are all enqueued first, so d0000 may hold exactly one entry more than the budgets leave:
+    # that entry must still be read and hit a cap, never be left out silently.
+    skill_dir = make_skill(root, "full")
+    for index in range(MAX_DIRS_PER_SKILL):
+        (skill_dir / f"d{index:04d}").mkdir()
+    write_many(skill_dir / "d0000", MAX_FILES_PER_SKILL - 1)
+    for index in range(MAX_UNLISTED_ENTRIES + 1):
+        os.mkfifo(skill_dir / "d0000" / f"p{index:05d}")
+    catalog = discover([str(root)], 32)
+    problem = only_problem(catalog, "file-limit")
+    assert f"more than {MAX_UNLISTED_ENTRIES} entries that are not listed" in problem.detail
+    assert len(served(catalog, "full").manifest) == MAX_FILES_PER_SKILL
+
+
 def test_exactly_2000_files_is_fine(root):
     skill_dir = make_skill(root, "alpha")
     write_many(skill_dir / "data", 1999)
@@ -850,12 +914,13 @@ def test_more_skills_than_the_limit_keeps_the_first(tmp_path):
     )
 
 
-def test_the_skill_limit_names_the_first_ignored_skills(root):
-    for index in range(12):
+@pytest.mark.parametrize(("skills", "ending"), [(12, "9 ignored: {named}, …"), (11, "8 ignored: {named}")])
+def test_the_skill_limit_names_the_first_8_ignored_skills_and_marks_any_more(root, skills, ending):
+    for index in range(skills):
         make_skill(root, f"s{index:02d}")
     [problem] = discover([str(root)], 3).problems
-    ignored = ", ".join(f'"s{index:02d}"' for index in range(3, 11))
-    assert problem.detail.endswith(f"the first 3 are served, 9 ignored: {ignored}, …")
+    named = ", ".join(f'"s{index:02d}"' for index in range(3, 11))
+    assert problem.detail.endswith("the first 3 are served, " + ending.format(named=named))
 
 
 def test_a_limit_met_exactly_serves_every_skill_without_a_skill_limit_problem(root):

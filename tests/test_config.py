@@ -103,6 +103,7 @@ def test_unset_marker_is_not_hosted():
     ("4097", 4096, "above 4096; clamped to 4096"),
     ("9" * 5000, 4096, "above 4096; clamped to 4096"),
     ("abc", 32, "not an integer of at least 1; using 32"),
+    ("٣", 32, "not an integer of at least 1; using 32"),
     ("0", 32, "not an integer of at least 1; using 32"),
     ("-3", 32, "not an integer of at least 1; using 32"),
 ])
@@ -113,7 +114,9 @@ def test_max_skills_fallbacks_warn_once_without_the_value(value, expected, probl
     assert value not in warnings[0].problem
 
 
-@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("40", 40), ("4096", 4096), (" 040 ", 40)])
+@pytest.mark.parametrize(
+    ("value", "expected"), [("1", 1), ("40", 40), ("4096", 4096), (" 040 ", 40), ("0" * 30 + "40", 40)]
+)
 def test_max_skills_valid(value, expected):
     config, warnings = load(MCP_MAX_SKILLS=value)
     assert (config.max_skills, warnings) == (expected, [])
@@ -177,6 +180,18 @@ def test_rlimits():
     assert (config.rlimit_nproc, config.rlimit_as_mb, warnings) == (256, 4096, [])
 
 
+@pytest.mark.parametrize(
+    ("name", "field", "ceiling"),
+    [("MCP_SKILL_RLIMIT_NPROC", "rlimit_nproc", 2**62), ("MCP_SKILL_RLIMIT_AS_MB", "rlimit_as_mb", 2**62 // 1048576)],
+)
+def test_rlimits_are_applied_up_to_what_setrlimit_takes_in_bytes(name, field, ceiling):
+    # setrlimit takes a 64-bit value: a larger one could only fail in the child when a script starts.
+    config, warnings = load(**{name: str(ceiling)})
+    assert (getattr(config, field), warnings) == (ceiling, [])
+    config, warnings = load(**{name: str(ceiling + 1)})
+    assert (getattr(config, field), [warning.variable for warning in warnings]) == (None, [name])
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "1e3", "abc", "9" * 30])
 def test_invalid_rlimits_are_not_applied(value):
     config, warnings = load(MCP_SKILL_RLIMIT_NPROC=value, MCP_SKILL_RLIMIT_AS_MB=value)
@@ -207,6 +222,12 @@ def test_strings_pass_through_the_unset_rule():
         "[]", "/data", "s1", None,
     )
     assert (config.node_override, config.python_override) == ("/usr/bin/node", None)
+
+
+@pytest.mark.parametrize("value", ["${MCP_DATA_DIR}", "null", "   "])
+def test_an_unset_data_dir_is_none(value):
+    # §2.1: MCP_DATA_DIR is read with the unset rule (only a script's copy of it is raw, §9.6).
+    assert load(MCP_DATA_DIR=value)[0].data_dir is None
 
 
 def test_unset_rule_examples():
@@ -259,7 +280,9 @@ def test_a_stable_secret_without_a_spent_store_that_outlives_a_restart_warns(dat
 
 
 @pytest.mark.parametrize("name", ["MCP_SKILL_ALLOW_UNSCRUBBED", "MCP_EGRESS_FENCED"])
-@pytest.mark.parametrize(("value", "on", "warned"), [("1", True, False), ("true", False, True), ("yes", False, True)])
+@pytest.mark.parametrize(
+    ("value", "on", "warned"), [("1", True, False), ("true", False, True), ("yes", False, True), ("0", False, True)]
+)
 def test_flags_are_on_only_for_1_and_any_other_value_warns(name, value, on, warned):
     config, warnings = load(**{name: value})
     field = {"MCP_SKILL_ALLOW_UNSCRUBBED": "allow_unscrubbed", "MCP_EGRESS_FENCED": "egress_fenced"}[name]

@@ -289,6 +289,14 @@ def test_block_env_fields():
     )
 
 
+def test_block_env_secret_and_required_count_only_as_booleans():
+    # YAML 1.2 reads `1` and `0` as integers, not as true and false: they are as good as absent.
+    assert declare(block("  env:\n    - {name: A_KEY, secret: 1, required: 0}\n")) == (
+        Declaration(env=(EnvField("A_KEY"),)),
+        [],
+    )
+
+
 def test_block_env_not_a_list():
     assert declare(block("  env: {name: A}\n")) == (Declaration(), ['"mcp-host.env" is not a list (ignored)'])
 

@@ -195,6 +195,27 @@ def test_yaml_1_2_core_resolution():
     }
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0b101", "0b101"), ("1_000", "1_000"), ("1_0.5", "1_0.5"), ("-0x1F", "-0x1F"), ("0o8", "0o8"), ("0x1F", 31),
+     ("+12", 12), ("-3", -3), (".5", 0.5), ("1.", 1.0), ("1e3", 1000.0), ("-.Inf", float("-inf"))],
+)  # fmt: skip
+def test_numbers_follow_the_core_schema(text, value):
+    # ruamel's own 1.2 rules also read binary and "_"-separated numbers, which the core schema leaves as strings.
+    loaded = parse_skill_md(f"---\nv: {text}\n---\n")[0]["v"]
+    assert (loaded, type(loaded)) == (value, type(value))
+
+
+def test_a_plain_equals_sign_is_a_string():
+    # §4.2: YAML 1.2 core resolution has no "value" type; "=" is a plain string.
+    assert parse_skill_md("---\nname: a\nassign: =\n---\n")[0] == {"name": "a", "assign": "="}
+
+
+def test_a_merge_key_is_an_ordinary_key():
+    # §4.2: YAML 1.2 core resolution has no merge type; §4.5: every key the author wrote is kept.
+    assert parse_skill_md("---\nname: a\n<<: {name: b}\n---\n")[0] == {"name": "a", "<<": {"name": "b"}}
+
+
 def test_dates_stay_date_values():
     frontmatter = parse_skill_md("---\nd: 2024-01-02\nt: 2024-01-02 10:00:00\n---\n")[0]
     assert frontmatter == {"d": datetime.date(2024, 1, 2), "t": datetime.datetime(2024, 1, 2, 10, 0)}
@@ -248,6 +269,12 @@ def test_frontmatter_to_json():
         "date": "2024-01-02", "stamp": "2024-01-02T03:04:05+00:00", "naive": "2024-01-02T10:00:00",
         "nan": ".nan", "inf": ".inf", "ninf": "-.inf", "nested": {"list": [1, 2.5, {"x": "2001-12-14"}]},
     }
+
+
+def test_a_sequence_key_is_json_text_with_its_dates_and_infinities_converted():
+    # A YAML sequence key loads as a tuple; its items follow the same §4.5 rules as any value.
+    frontmatter = parse_skill_md("---\n[2024-01-02, .inf]: v\n---\n")[0]
+    assert frontmatter_to_json(frontmatter) == {'["2024-01-02",".inf"]': "v"}
 
 
 @pytest.mark.parametrize(

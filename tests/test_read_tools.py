@@ -533,7 +533,6 @@ def test_skill_file_on_a_256_mib_file_grows_allocation_under_32_mib(root, files_
     assert peak - baseline < 32 * MIB
 
 
-
 def test_skill_file_closes_every_descriptor_it_opened(root, files_skill):
     # Pass 1 holds a descriptor per resolved path until pass 2 has read it: served, failed and over-budget calls
     # must all give them back, or a long-lived server runs out of descriptors.

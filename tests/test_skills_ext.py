@@ -311,7 +311,6 @@ async def test_an_unknown_cursor_is_invalid_params(tmp_path: Any, era: str) -> N
             assert "unknown cursor" in error.error.message
 
 
-
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_cursor_at_the_end_of_a_full_last_page_is_unknown(tmp_path: Any, era: str) -> None:
     # Exactly 16 skills and exactly 500 children: each list is one full page with no nextCursor, so "16" and
