@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import in_signal_mask
+from support import fails_after, in_signal_mask
 
 from skill_mcp.hardening import (
     ENVIRON_NOT_WIPED,
@@ -107,6 +107,9 @@ def test_scrub_is_unsupported_off_linux_and_touches_nothing() -> None:
         stat_line(b"python3", env_start=b"0"),
         stat_line(b"python3", env_start=b"1600", env_end=b"1600"),
         stat_line(b"python3", env_start=b"1601", env_end=b"1600"),
+        stat_line(b"python3", env_end=b"+99999"),
+        stat_line(b"python3", env_end=b"16a00"),
+        stat_line(b"python3", env_end=b""),
     ],
 )
 def test_unusable_stat_fails_before_anything_is_written(stat: bytes) -> None:
@@ -182,6 +185,59 @@ def test_a_child_setup_step_that_fails_raises_naming_the_step() -> None:
     os.close(read_end)
     os.waitpid(pid, 0)
     assert message.startswith("setrlimit(RLIMIT_NPROC): ")
+
+
+@linux_only
+def test_a_server_dying_while_its_child_is_set_up_stops_the_child() -> None:
+    # The death signal only covers a parent that dies after it is armed; one that died before (here: while the
+    # first prctl runs) is caught by the parent-pid check that must come after the arming.
+    from skill_mcp import hardening
+
+    read_end, write_end = os.pipe()
+    server = os.fork()
+    if server == 0:  # stands in for the server; its child is the script being set up
+        if os.fork() == 0:
+            real_prctl = hardening._prctl
+
+            def prctl_as_the_server_dies(option: int, arg: int = 0) -> int:
+                if option == hardening.PR_SET_NO_NEW_PRIVS:
+                    os.kill(server_pid, signal.SIGKILL)
+                    while os.getppid() == server_pid:
+                        time.sleep(0.001)
+                return real_prctl(option, arg)
+
+            try:
+                server_pid = os.getppid()
+                hardening._prctl = prctl_as_the_server_dies
+                harden_child(ChildLimits(), server_pid)
+                os.write(write_end, b"no error: the script would exec")
+            except OSError as exc:
+                os.write(write_end, str(exc).encode())
+            finally:
+                os._exit(0)
+        time.sleep(60)
+        os._exit(0)
+    os.close(write_end)
+    try:
+        with fails_after(20):
+            message = os.read(read_end, 1024).decode()
+    finally:
+        os.close(read_end)
+        os.kill(server, signal.SIGKILL)
+        os.waitpid(server, 0)
+    assert message == "the server exited before the script could start"
+
+
+@linux_only
+def test_a_refused_prctl_raises_with_its_errno() -> None:
+    # Each hardening step relies on it: a prctl the kernel refuses must not pass as done.
+    import errno
+
+    from skill_mcp.hardening import _prctl
+
+    with pytest.raises(OSError) as refused:
+        _prctl(0x7FFF)  # no such option
+    assert refused.value.errno == errno.EINVAL
 
 
 # --- the real thing, in driver processes --------------------------------------------------------

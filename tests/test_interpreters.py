@@ -125,3 +125,21 @@ def test_a_sibling_sharing_the_venvs_name_as_a_prefix_is_not_inside_it(tmp_path)
     (tmp_path / "venv").mkdir()
     assert _inside(str(tmp_path / "venv2" / "bin" / "python3"), str(tmp_path / "venv")) is False
     assert _inside(str(tmp_path / "venv" / "bin" / "python3"), str(tmp_path / "venv")) is True
+
+
+def test_only_python3_is_kept_out_of_the_servers_venv(tree):
+    # §2.5: the rule is python3's alone; a node installed in the venv (nodeenv does so) is the deployment's node.
+    root, venv, _ = tree
+    node = executable(os.path.join(venv, "bin", "node"))
+    found, _ = find_interpreters(config(), os.path.join(venv, "bin"), venv)
+    assert found == {"node": node}
+    found, warnings = find_interpreters(config(MCP_SKILL_NODE=node), str(root / "usr" / "bin"), venv)
+    assert (found["node"], warnings) == (node, [])
+
+
+def test_a_relative_path_entry_is_skipped_even_when_the_cwd_holds_an_interpreter(tmp_path, monkeypatch):
+    executable(tmp_path / "node")
+    executable(tmp_path / "bin" / "python3")
+    monkeypatch.chdir(tmp_path)
+    found, _ = find_interpreters(config(), os.pathsep.join(["", ".", "bin"]), None)
+    assert found == {}

@@ -98,3 +98,41 @@ async def test_the_block_is_reported_before_the_script_is_judged(era, script) ->
     async with connect(deployment, era) as client:
         refused = error_text(await client.call_tool("skill_run", {"name": "skill-mcp-demo", "script": script}))
     assert refused.startswith("no script may run on this server: the exec-time environment block could not be wiped")
+
+
+def test_where_no_hardening_is_supported_nothing_warns() -> None:
+    # Off Linux neither step is attempted (scrub "unsupported", nonDumpable false): that is not a failed step.
+    unsupported = ScrubResult("unsupported")
+    deployment = deployment_for({"PATH": "/usr/bin"}, scrub=unsupported, non_dumpable=False)
+    with structlog.testing.capture_logs() as events:
+        log_boot(get_logger(), deployment, [], unsupported, [])
+    assert not [event for event in events if event["log_level"] == "warning"]
+    (boot,) = [event for event in events if event["event"] == "boot"]
+    assert (boot["environScrub"], boot["nonDumpable"]) == ("unsupported", False)
+
+
+@pytest.mark.parametrize(("setting", "logged"), [({}, "on"), ({"MCP_CONFIRM_ELICITATION": "off"}, "off")])
+def test_boot_reports_whether_elicitation_is_used(setting, logged) -> None:
+    deployment = deployment_for({"PATH": "/usr/bin", **setting})
+    with structlog.testing.capture_logs() as events:
+        log_boot(get_logger(), deployment, [], ScrubResult("scrubbed", wiped_bytes=1), [])
+    (boot,) = [event for event in events if event["event"] == "boot"]
+    assert boot["elicitation"] == logged
+
+
+def test_a_malformed_grant_warns_at_boot_without_its_text() -> None:
+    # §2.1: the grant's text (which names skills and variables) is never logged, only what is wrong with it.
+    deployment = deployment_for({"PATH": "/usr/bin", "MCP_SKILL_RUN": '[{"skill": "GRANT-SENTINEL", "bogus": 1}]'})
+    with structlog.testing.capture_logs() as events:
+        log_boot(get_logger(), deployment, [], ScrubResult("scrubbed", wiped_bytes=1), [])
+    warned = [event for event in events if event["event"] == "config.warning"]
+    assert [(event["variable"], event["log_level"]) for event in warned] == [("MCP_SKILL_RUN", "warning")]
+    assert warned[0]["problem"] == deployment.grant.grant_error and "unknown key" in warned[0]["problem"]
+    assert "GRANT-SENTINEL" not in repr(events)
+
+
+def test_each_startup_lever_that_could_not_apply_warns_at_boot() -> None:
+    deployment = deployment_for({"PATH": "/usr/bin"})
+    with structlog.testing.capture_logs() as events:
+        log_boot(get_logger(), deployment, [], ScrubResult("scrubbed", wiped_bytes=1), ["frozen-gc", "skipped-inits"])
+    assert [event["lever"] for event in events if event["event"] == "startup.warning"] == ["frozen-gc", "skipped-inits"]

@@ -1575,3 +1575,26 @@ async def test_no_run_starts_once_the_client_has_closed_its_input(fence: Fence, 
     )
     assert fence.runs() == []
     assert [entry["reason"] for entry in events(logs) if entry["event"] == "run.refused"] == ["input-ended"]
+
+
+async def test_the_end_of_input_kills_the_run_in_flight_at_once(fence: Fence) -> None:
+    # §5.1: the end of input stops runs. The script is killed as the input ends, not only when the SDK later
+    # cancels the call (after answering what was read before, which may take a while).
+    service = fence.service()
+    results: dict[str, Any] = {}
+    async with connect(service.deployment, "legacy", service.call) as client:
+        token = await token_for(client, call(args=["--sleep", "30"]))
+
+        async def slow() -> None:
+            results["slow"] = await client.call_tool("skill_run", call(args=["--sleep", "30"], confirmToken=token))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(slow)
+            await wait_for_runs(fence, 1)
+            service.note_input_end()
+            with anyio.fail_after(10):  # the script would sleep 30 s
+                while "slow" not in results:
+                    await anyio.sleep(0.02)
+    ended = payload(results["slow"])
+    assert (ended["exitCode"], ended["signal"], ended["timedOut"]) == (None, "SIGKILL", False)
+    assert service.kill_active() is True  # the shutdown that follows reports the run it stopped

@@ -16,7 +16,7 @@ from mcp.shared.message import SessionMessage
 from support import in_signal_mask, write_skill
 from wire import EXIT_SECONDS, LineClient, clean_environ, legacy_handshake, tool_payload
 
-from skill_mcp.lifecycle import ANSWER_DRAIN_SECONDS, _Unanswered
+from skill_mcp.lifecycle import ANSWER_DRAIN_SECONDS, EXIT_DEADLINE_SECONDS, _Unanswered, _WatchedOutput
 
 SLOW_SKILL = """\
 name: slow
@@ -29,15 +29,13 @@ mcp-host:
 """
 
 
-def start_slow_run(tmp_path) -> tuple[LineClient, int]:
-    """A server in the middle of a confirmed run of a script that sleeps; returns the script's pid."""
+def start_slow_run(tmp_path, watched: str = "script") -> tuple[LineClient, int]:
+    """A server in the middle of a confirmed run of a script that sleeps; returns the pid of the script or, when
+    `watched` is "its child", of a child the script started."""
     pid_file = tmp_path / "pid"
-    write_skill(
-        tmp_path / "skills",
-        "slow",
-        SLOW_SKILL,
-        files={"slow.py": f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"},
-    )
+    pid = "subprocess.Popen(['sleep', '60']).pid" if watched == "its child" else "os.getpid()"
+    script = f"import os, subprocess, time\nopen({str(pid_file)!r}, 'w').write(str({pid}))\ntime.sleep(60)\n"
+    write_skill(tmp_path / "skills", "slow", SLOW_SKILL, files={"slow.py": script})
     environ = clean_environ(SKILLS_DIR=str(tmp_path / "skills"), MCP_SKILL_PYTHON="/usr/bin/python3")
     server = LineClient([sys.executable, "-m", "skill_mcp"], environ)
     legacy_handshake(server)
@@ -60,9 +58,12 @@ def alive(pid: int) -> bool:
         return False
 
 
+# The script dies with its server (parent-death signal), but its own children do not inherit that signal:
+# shutdown kills the script's whole process group.
+@pytest.mark.parametrize("watched", ["script", "its child"])
 @pytest.mark.parametrize("how", ["eof", "signal", "hangup"])
-def test_shutdown_kills_the_running_script_and_exits_zero(tmp_path, how: str) -> None:
-    server, script_pid = start_slow_run(tmp_path)
+def test_shutdown_kills_the_running_script_and_exits_zero(tmp_path, how: str, watched: str) -> None:
+    server, script_pid = start_slow_run(tmp_path, watched)
     assert alive(script_pid)
     if how == "eof":
         server.close_stdin()
@@ -249,3 +250,56 @@ def test_request_ids_follow_the_sdks_rules() -> None:
         unanswered.read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)))
     unanswered.written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
     assert dict(unanswered._waiting) == {1: 1}  # the second request 1 still waits; 7 was cancelled
+
+
+@pytest.mark.anyio
+async def test_the_end_of_input_stops_waiting_as_soon_as_the_last_answer_is_written() -> None:
+    unanswered = _Unanswered()
+    for request_id in (1, 2):
+        unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
+    drained = anyio.Event()
+
+    async def drain() -> None:
+        await unanswered.drain()
+        drained.set()
+
+    sent, received = anyio.create_memory_object_stream(2)
+    answers = _WatchedOutput(sent, unanswered)  # what the SDK writes its answers through
+    async with anyio.create_task_group() as group, sent, received:
+        group.start_soon(drain)
+        await anyio.sleep(0)
+        await answers.send(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
+        error = types.JSONRPCError(jsonrpc="2.0", id=2, error=types.ErrorData(code=-32601, message="no such method"))
+        await answers.send(SessionMessage(error))
+        with anyio.fail_after(ANSWER_DRAIN_SECONDS / 2):  # not the whole bound
+            await drained.wait()
+        assert [item.message.id for item in (received.receive_nowait(), received.receive_nowait())] == [1, 2]
+
+
+@pytest.mark.anyio
+async def test_the_wait_for_unanswered_requests_ends_at_its_bound_by_itself() -> None:
+    # §5.1: the exit comes within 5 s of the end of input; a request the SDK never answers is waited for
+    # ANSWER_DRAIN_SECONDS, not until the exit watchdog.
+    unanswered = _Unanswered()
+    unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")))
+    started = time.monotonic()
+    with anyio.fail_after(ANSWER_DRAIN_SECONDS + 2):
+        await unanswered.drain()
+    assert time.monotonic() - started >= ANSWER_DRAIN_SECONDS - 0.1
+
+
+def test_a_clean_end_of_input_exits_at_once_not_at_the_watchdog(tmp_path) -> None:
+    # The exit watchdog only forces an exit that hangs: a client that reads its answers and closes stdin sees the
+    # server exit at once, not EXIT_DEADLINE_SECONDS later (a watchdog thread that held the interpreter's exit did).
+    write_skill(tmp_path / "skills", "alpha")
+    server = LineClient([sys.executable, "-m", "skill_mcp"], clean_environ(SKILLS_DIR=str(tmp_path / "skills")))
+    try:
+        legacy_handshake(server)
+        assert server.request("ping")["result"] == {}
+        server.close_stdin()
+        ended = time.monotonic()
+        assert server.wait() == 0
+        assert time.monotonic() - ended < EXIT_DEADLINE_SECONDS - 1.5
+    finally:
+        server.kill()
+    assert [event["reason"] for event in server.log_events() if event["event"] == "shutdown"] == ["eof"]

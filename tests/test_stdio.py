@@ -161,6 +161,22 @@ def test_an_sdk_exception_is_logged_by_its_type_only():
     assert "SENTINEL" not in line
 
 
+def test_the_sdks_stdlib_logging_is_kept_at_warning():
+    # §13: the SDK's own logging reaches stderr from warning up; its info lines (which may name what a request
+    # carried) do not.
+    stream = io.StringIO()
+    configure_logging(level="debug", stream=stream)
+    try:
+        sdk = logging.getLogger("mcp.server.lowlevel.server")
+        sdk.info("Processing request of type %s", "INFO-SENTINEL")
+        sdk.debug("Received message: %s", "DEBUG-SENTINEL")
+        sdk.warning("warned")
+    finally:
+        structlog.reset_defaults()
+        logging.basicConfig(force=True)
+    assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["warned"]
+
+
 def test_a_non_utf8_root_is_answered_as_json_escapes(tmp_path):
     # The root's byte 0xff decodes to a lone surrogate, which no UTF-8 line can carry; the SDK's writer used to
     # die on it, taking the session down.
