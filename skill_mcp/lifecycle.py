@@ -19,6 +19,7 @@ from mcp_types import RequestId
 
 ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
 EXIT_DEADLINE_SECONDS = 4.5
+SHUTDOWN_WAIT_SECONDS = 0.3  # the watchdog's wait for a shutdown under way: the exit still comes within 5 s
 
 
 async def serve_stdio(
@@ -29,11 +30,7 @@ async def serve_stdio(
     (_Unanswered) and the SDK cancels the calls still in flight; `on_shutdown(reason)` runs once, at the end."""
     from mcp.server.stdio import stdio_server
 
-    shutdown_once = threading.Lock()
-
-    def shutdown(reason: str) -> None:
-        if shutdown_once.acquire(blocking=False):
-            on_shutdown(reason)
+    shutdown = _Shutdown(on_shutdown)
 
     def exit_now(reason: str) -> None:
         shutdown(reason)
@@ -67,6 +64,25 @@ async def serve_stdio(
             pass  # the client closed its end of stdout: it has left, as if it had closed stdin
         group.cancel_scope.cancel()
     shutdown("eof")
+
+
+class _Shutdown:
+    """Runs `on_shutdown` once, for whichever thread comes first. A later caller (the exit watchdog, which exits
+    next) waits a moment for one under way on another thread, so its kill and its log line are not cut off."""
+
+    def __init__(self, on_shutdown: Callable[[str], None]) -> None:
+        self._on_shutdown = on_shutdown
+        self._once = threading.Lock()
+        self._done = threading.Event()
+
+    def __call__(self, reason: str) -> None:
+        if not self._once.acquire(blocking=False):
+            self._done.wait(SHUTDOWN_WAIT_SECONDS)
+            return
+        try:
+            self._on_shutdown(reason)
+        finally:
+            self._done.set()
 
 
 class _Unanswered:

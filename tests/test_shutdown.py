@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import anyio
@@ -16,7 +17,14 @@ from mcp.shared.message import SessionMessage
 from support import in_signal_mask, write_skill
 from wire import EXIT_SECONDS, LineClient, clean_environ, legacy_handshake, tool_payload
 
-from skill_mcp.lifecycle import ANSWER_DRAIN_SECONDS, EXIT_DEADLINE_SECONDS, _Unanswered, _WatchedOutput
+from skill_mcp.lifecycle import (
+    ANSWER_DRAIN_SECONDS,
+    EXIT_DEADLINE_SECONDS,
+    SHUTDOWN_WAIT_SECONDS,
+    _Shutdown,
+    _Unanswered,
+    _WatchedOutput,
+)
 
 SLOW_SKILL = """\
 name: slow
@@ -303,3 +311,43 @@ def test_a_clean_end_of_input_exits_at_once_not_at_the_watchdog(tmp_path) -> Non
     finally:
         server.kill()
     assert [event["reason"] for event in server.log_events() if event["event"] == "shutdown"] == ["eof"]
+
+
+def start_shutdown_elsewhere(on_shutdown) -> tuple[_Shutdown, threading.Thread]:
+    """A shutdown under way on another thread, as the main thread's is when the exit watchdog fires."""
+    started = threading.Event()
+
+    def marked(reason: str) -> None:
+        started.set()
+        on_shutdown(reason)
+
+    shutdown = _Shutdown(marked)
+    thread = threading.Thread(target=shutdown, args=("eof",))
+    thread.start()
+    assert started.wait(5)
+    return shutdown, thread
+
+
+def test_the_watchdogs_shutdown_waits_for_the_one_under_way() -> None:
+    # The watchdog exits right after asking for the shutdown: the main thread's kill and log line finish first.
+    steps: list[str] = []
+    shutdown, thread = start_shutdown_elsewhere(lambda reason: (time.sleep(0.1), steps.append(reason)))
+    shutdown("eof")
+    assert steps == ["eof"]
+    thread.join()
+    shutdown("signal")  # once done, a later call neither runs it again nor waits
+    assert steps == ["eof"]
+
+
+def test_a_stuck_shutdown_holds_the_forced_exit_only_briefly() -> None:
+    # A shutdown stuck writing its log line (a client that stopped reading stderr) delays the exit by at most
+    # SHUTDOWN_WAIT_SECONDS, so it still comes within 5 s of the end of input.
+    release = threading.Event()
+    shutdown, thread = start_shutdown_elsewhere(lambda reason: release.wait(30))
+    started = time.monotonic()
+    shutdown("eof")
+    waited = time.monotonic() - started
+    release.set()
+    thread.join()
+    assert SHUTDOWN_WAIT_SECONDS - 0.05 <= waited < SHUTDOWN_WAIT_SECONDS + 1
+    assert EXIT_DEADLINE_SECONDS + SHUTDOWN_WAIT_SECONDS < 5
