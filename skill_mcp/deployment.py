@@ -68,7 +68,7 @@ def build_deployment(
     extension_names, extension_problems = split_extension_skills(catalog.skills)
     run_block = run_block_reason(scrub, config.hosted, config.allow_unscrubbed) if scrub else None
     unscrubbed = (Problem(UNSCRUBBED_PATH, "environ-unscrubbed", run_block),) if run_block else ()
-    problems = (*catalog.problems, *grant_problems, *extension_problems, *unscrubbed)
+    problems = (*catalog.problems, *grant_problems, *unscrubbed, *extension_problems)  # §3.7's order of reasons
     hardening = Hardening(
         environ_scrubbed=scrub is not None and scrub.status == "scrubbed",
         non_dumpable=non_dumpable,

@@ -31,6 +31,7 @@ SPEC_RULES = {
     "name-leading-hyphen": ("name: -skill\ndescription: d\n", 'name "-skill" is not'),
     "name-trailing-hyphen": ("name: skill-\ndescription: d\n", 'name "skill-" is not'),
     "name-doubled-hyphen": ("name: my--skill\ndescription: d\n", 'name "my--skill" is not'),
+    "name-empty": ("name: ''\ndescription: d\n", 'name "" is not 1-64 lowercase'),
     "name-65-chars": (f"name: {'a' * 65}\ndescription: d\n", "is not 1-64"),
     "description-missing": ("name: skill\n", '"description" is missing'),
     "description-list": ("name: skill\ndescription: [d]\n", '"description" is a list, not a string'),
@@ -144,3 +145,33 @@ def test_egress_allowlist_is_the_sorted_union_over_skills_that_can_run() -> None
         ]
     }
     assert egress_allowlist(listing) == ["a.example", "b.example", "c.example"]
+
+
+@pytest.mark.parametrize(
+    ("frontmatter", "fragment"),
+    [
+        ("name: true\ndescription: d\n", '"name" is a boolean, not a string'),
+        ("name: 2024-01-01\ndescription: d\n", '"name" is a date, not a string'),
+    ],
+)
+def test_a_finding_names_the_kind_yaml_made_of_the_value(root: Path, frontmatter: str, fragment: str) -> None:
+    (finding,) = spec_findings(served_skill(root, frontmatter))
+    assert fragment in finding.detail
+
+
+def test_the_table_shows_the_first_line_with_text_of_a_description() -> None:
+    listing = {"skills": [listed("alpha", [], "\n  Starts on the second line.\nThen more.")], "problems": []}
+    _, alpha, _ = table_lines(listing)
+    assert alpha == "alpha  3      -         Starts on the second line."
+    # every column starts where its heading does, a name longer than "NAME" included
+    header, *_ = table_lines({"skills": [listed("a-long-name", ["s.py"])], "problems": []})
+    row = table_lines({"skills": [listed("a-long-name", ["s.py"])], "problems": []})[1]
+    assert header.index("FILES") == row.index("3") and header.index("RUNNABLE") == row.index("s.py")
+
+
+def test_relative_roots_resolve_against_the_working_directory_given(tmp_path: Path) -> None:
+    make_skill(tmp_path / "skills", "fine")
+    for environ, options in (({"SKILLS_DIR": "skills"}, {}), ({}, {"roots_override": ("skills",)})):
+        deployment = deployment_for(environ, cwd=str(tmp_path), **options)
+        assert deployment.roots == (str(tmp_path / "skills"),)
+        assert [skill.name for skill in deployment.skills] == ["fine"]

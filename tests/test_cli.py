@@ -124,7 +124,9 @@ def test_help_says_where_roots_come_from_and_what_the_exit_codes_mean(elsewhere:
     assert code == 0 and "ROOT" in stdout and "default: the configured roots" in " ".join(stdout.split())
 
 
-@pytest.mark.parametrize("args", [["check", "--bogus"], ["list", "--nope"], ["frobnicate"], ["check", "--json=yes"]])
+@pytest.mark.parametrize(
+    "args", [["check", "--bogus"], ["list", "--nope"], ["frobnicate"], ["c"], ["check", "--json=yes"]]
+)
 def test_usage_errors_exit_2(elsewhere: Path, args: list[str]) -> None:
     code, stdout, stderr = run_cli(args, elsewhere)
     assert code == 2 and stdout == "" and "usage:" in stderr
@@ -196,6 +198,16 @@ def test_check_notes_what_clients_will_not_see_of_a_skill(root: Path, elsewhere:
     ]
 
 
+def test_check_notes_an_unlisted_link_without_implying_more(root: Path, elsewhere: Path) -> None:
+    skill = make_skill(root, "linked")
+    (skill / "link").symlink_to("SKILL.md")
+    code, _, stderr = run_cli(["check", str(root)], elsewhere)
+    assert code == 0 and stderr == (
+        'skill-mcp: note: linked: 1 symbolic link(s) or special file(s) are not listed, so clients are not offered '
+        'them: "link"; skill_file reads a link by its path only while it resolves inside the skill\n'
+    )
+
+
 @pytest.mark.parametrize("args", [["serve", "{root}"], ["{root}"], ["serve", "--flag", "{root}"]])
 def test_a_root_given_to_serve_is_a_usage_error_that_names_the_variable(
     root: Path, elsewhere: Path, args: list[str]
@@ -212,6 +224,7 @@ def test_the_suggested_skills_dir_is_absolute_quoted_and_keeps_every_root(elsewh
     (elsewhere / "more").mkdir()
     code, _, stderr = run_cli(["serve", "my skills", "more"], elsewhere)
     assert code == 2 and f"`SKILLS_DIR='{elsewhere}/my skills:{elsewhere}/more' skill-mcp`" in stderr
+    assert "serve takes no ROOT (my skills more): " in stderr  # each root as the user typed it
 
 
 @pytest.mark.parametrize("args", [["serve", "chekc"], ["serve", "list"], ["serve", "-h", "."]])
@@ -219,6 +232,21 @@ def test_serve_leaves_what_is_not_a_directory_or_asks_for_help_to_the_parser(els
     code, stdout, stderr = run_cli(args, elsewhere)
     assert "serve takes no ROOT" not in stderr
     assert (code, "usage: skill-mcp serve" in stdout) == (0, True) if "-h" in args else code == 2
+
+
+@pytest.mark.parametrize("command", ["check", "list"])
+def test_a_directory_named_like_the_subcommand_is_no_root_given_to_serve(elsewhere: Path, command: str) -> None:
+    # An author's working directory may well hold a `check` or `list` directory; the subcommand still runs.
+    (elsewhere / command).mkdir()
+    code, stdout, stderr = run_cli([command], elsewhere)
+    assert code == 0 and "serve takes no ROOT" not in stderr and "1 skill(s)" in stdout
+
+
+def test_a_file_given_to_serve_is_left_to_the_parser(elsewhere: Path) -> None:
+    # Only a directory is taken for a skills root the user meant to serve; a file is an ordinary unknown argument.
+    (elsewhere / "notes.txt").write_text("x")
+    code, _, stderr = run_cli(["serve", "notes.txt"], elsewhere)
+    assert code == 2 and "serve takes no ROOT" not in stderr and "unrecognized arguments: notes.txt" in stderr
 
 
 def test_check_exits_1_on_any_problem_and_list_still_exits_0(root: Path, elsewhere: Path) -> None:
@@ -407,6 +435,37 @@ def test_list_egress_follows_the_grant_and_the_hosted_default(root: Path, elsewh
     assert cli_json(["list", str(root), "--egress"], elsewhere, env) == hosts
 
 
+@pytest.mark.parametrize("command", ["check", "list"])
+def test_a_configuration_warning_is_printed_on_stderr(elsewhere: Path, command: str) -> None:
+    code, stdout, stderr = run_cli([command], elsewhere, {"MCP_MAX_SKILLS": "lots"})
+    assert code == 0 and "warning" not in stdout
+    assert "skill-mcp: warning: MCP_MAX_SKILLS: not an integer of at least 1; using 32\n" in stderr
+
+
+def test_json_output_writes_non_ascii_text_as_utf_8(root: Path, elsewhere: Path) -> None:
+    make_skill(root, "accents", "name: accents\ndescription: Résumé à la carte\n")
+    code, stdout, _ = run_cli(["list", str(root), "--json"], elsewhere)
+    assert code == 0 and '"description": "Résumé à la carte"' in stdout
+    make_skill(root, "Ünï", "name: Ünï\ndescription: d\n")
+    code, stdout, _ = run_cli(["check", str(root), "--json"], elsewhere)
+    assert code == 1 and str(root / "Ünï") in stdout
+
+
+def test_an_unusable_interpreter_override_is_a_warning_on_stderr(elsewhere: Path) -> None:
+    code, _, stderr = run_cli(["list"], elsewhere, {"MCP_SKILL_PYTHON": str(elsewhere / "no-such-python")})
+    assert code == 0 and "skill-mcp: warning: MCP_SKILL_PYTHON: " in stderr and "python3 is unavailable" in stderr
+
+
+def test_list_reports_grant_problems_before_extension_exclusions(root: Path, elsewhere: Path) -> None:
+    make_skill(root, "fine")
+    make_skill(root, "no-name", "description: d\n")  # served, but left out of the Skills extension
+    listing = cli_json(["list", str(root)], elsewhere, grant("fine", "scripts/evil.js"))
+    assert [(problem["reason"], problem["path"]) for problem in listing["problems"]] == [
+        ("grant", str(root / "fine")),
+        ("extension-excluded", str(root / "no-name")),
+    ]
+
+
 # --- scale ------------------------------------------------------------------------------------
 
 
@@ -445,6 +504,8 @@ def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhe
     make_skill(elsewhere / "two", "beta")
     report = cli_json(["check", "one", "--json", "two"], elsewhere)  # cli_json appends one more --json
     assert (report["roots"], report["skills"]) == ([str(elsewhere / "one"), str(elsewhere / "two")], ["alpha", "beta"])
+    # the skills come in catalog order (root by root), as the server serves them
+    assert cli_json(["check", "two", "one"], elsewhere)["skills"] == ["beta", "alpha"]
     code, stdout, stderr = run_cli(["check", "one", "--bogus"], elsewhere)
     assert (code, stdout) == (2, "") and "unrecognized arguments: --bogus" in stderr
     code, _, stderr = run_cli(["serve", "extra"], elsewhere)

@@ -278,6 +278,21 @@ async def test_results_are_single_line_json_keeping_whitespace(deployment, era):
     assert loaded["description"] == "Alpha  does\\n things."
 
 
+async def test_each_skill_loads_its_own_answer_in_one_session(deployment, era):
+    # skill_load's answers are rendered once per skill: a second skill must not be served the first one's
+    async with connect(deployment, era) as client:
+        for _ in range(2):
+            assert payload(await client.call_tool("skill_load", {"name": "alpha"}))["body"].startswith("# Alpha")
+            assert payload(await client.call_tool("skill_load", {"name": "beta"}))["body"] == "Beta body.\n"
+
+
+async def test_line_and_paragraph_separators_in_skill_text_are_served_untouched(root, era):
+    write_skill(root, "sep", "name: sep\ndescription: a\u2028b\n", "one\u2028two\u2029three\n")
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        assert payload(await client.call_tool("skill_load", {"name": "sep"}))["body"] == "one\u2028two\u2029three\n"
+        assert payload(await client.call_tool("skill_list", {}))["skills"][0]["description"] == "a\u2028b"
+
+
 async def test_unknown_tool_is_an_error_result(deployment, era):
     async with connect(deployment, era) as client:
         hint = "\n\nHint: This server's tools are skill_list, skill_load, skill_file, skill_run; tools/list describes them."

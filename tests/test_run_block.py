@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import structlog.testing
-from support import ERAS, connect, deployment_for, error_text, payload
+from support import ERAS, connect, deployment_for, error_text, payload, write_skill
 
 from skill_mcp.hardening import ScrubResult
 from skill_mcp.logs import get_logger, log_boot
@@ -40,6 +40,16 @@ async def test_hosted_and_unscrubbed_refuses_every_run_but_keeps_serving(era) ->
     assert [skill["executable"] for skill in listing["skills"]] == [False]
     assert listing["hardening"]["environScrubbed"] is False
     assert loaded["name"] == "skill-mcp-demo"
+
+
+def test_the_unscrubbed_problem_comes_between_grant_and_extension_problems(tmp_path) -> None:
+    # §7.1 lists problems in the order of §3, whose table puts environ-unscrubbed after grant and before
+    # extension-excluded.
+    write_skill(tmp_path, "fine")
+    write_skill(tmp_path, "no-name", "description: d\n")  # served, but left out of the Skills extension
+    grant = '[{"skill": "fine", "script": "scripts/missing.py"}]'
+    deployment = deployment_for({**HOSTED, "SKILLS_DIR": str(tmp_path), "MCP_SKILL_RUN": grant}, scrub=FAILED)
+    assert [problem.reason for problem in deployment.problems] == ["grant", "environ-unscrubbed", "extension-excluded"]
 
 
 @pytest.mark.parametrize(

@@ -107,6 +107,10 @@ def test_every_params_the_sdk_refuses_is_explained_in_one_line(method, params):
         ("prompts/get", None, "params is required"),
         ("prompts/get", {"name": 5}, '"name" must be a string, not a number'),
         ("ping", {"_meta": {"progressToken": {}}}, '"_meta.progressToken" must be a string or an integer, not an object'),
+        # a fraction is refused by the integer member as int_from_float, not int_type
+        ("ping", {"_meta": {"progressToken": 1.5}}, '"_meta.progressToken" must be a string or an integer, not a number'),
+        # two members refusing it the same way are said once
+        ("completion/complete", {"ref": 5, "argument": {"name": "a", "value": "b"}}, '"ref" must be an object, not a number'),
         ("tools/call", {"name": {"a": 1}, "arguments": 5}, '"arguments" must be an object, not a number'),
         ("completion/complete", {"ref": {"type": "nope"}, "argument": {"name": "a", "value": "b"}},
          '"ref" matches none of the forms this method accepts'),

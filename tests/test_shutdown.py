@@ -230,18 +230,20 @@ def test_a_client_that_closed_stdout_is_no_crash(tmp_path) -> None:
     assert [event["reason"] for event in events if event["event"] == "shutdown"] == ["eof"]
 
 
-def test_a_signal_during_boot_exits_zero_without_a_traceback(tmp_path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda each: each.name)
+def test_a_signal_during_boot_exits_zero_without_a_traceback(tmp_path, signum) -> None:
     # Boot takes ~0.2 s before the stdio loop listens for signals; a SIGTERM then used to end the process with
-    # a signal status (and SIGINT with a KeyboardInterrupt traceback).
+    # a signal status (and SIGINT with a KeyboardInterrupt traceback; SIGHUP, a closed terminal, likewise).
     stderr_path = tmp_path / "stderr"
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen([sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE,
                                    stdout=subprocess.DEVNULL, stderr=stderr, env=clean_environ())
         deadline = time.monotonic() + 10
-        while not in_signal_mask(process.pid, "SigCgt", signal.SIGTERM):
-            assert time.monotonic() < deadline and process.poll() is None, "no SIGTERM handler was installed"
+        # SIGHUP's handler is the last `serve` installs (Python's own SIGINT handler is there from the start)
+        while not in_signal_mask(process.pid, "SigCgt", signal.SIGHUP):
+            assert time.monotonic() < deadline and process.poll() is None, "no SIGHUP handler was installed"
             time.sleep(0.001)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         assert process.wait(timeout=EXIT_SECONDS) == 0
         process.stdin.close()
     events = [json.loads(line)["event"] for line in stderr_path.read_text().splitlines()]

@@ -283,6 +283,13 @@ def test_params_the_sdk_refuses_are_explained_field_by_field(tree, era):
             "code": -32602,
             "message": 'invalid params for tools/call: "inputResponses.confirm" matches none of the forms this method accepts',
         }
+        if era == MODERN:
+            # refused by the revision's model alone (the handler's model does not look inside the envelope)
+            envelope = {**ENVELOPE, "io.modelcontextprotocol/clientInfo": 5}
+            assert client.request("tools/call", {"_meta": envelope, "name": "skill_list", "arguments": {}})["error"] == {
+                "code": -32602,
+                "message": 'invalid params for tools/call: "_meta.io.modelcontextprotocol/clientInfo" must be an object, not a number',
+            }
         # and the session goes on
         loaded = client.request("tools/call", {**meta, "name": "skill_load", "arguments": {"name": "alpha"}})
         assert tool_payload(loaded)["body"] == "Alpha body.\n"
