@@ -164,8 +164,7 @@ def test_the_table_shows_the_first_line_with_text_of_a_description() -> None:
     _, alpha, _ = table_lines(listing)
     assert alpha == "alpha  3      -         Starts on the second line."
     # every column starts where its heading does, a name longer than "NAME" included
-    header, *_ = table_lines({"skills": [listed("a-long-name", ["s.py"])], "problems": []})
-    row = table_lines({"skills": [listed("a-long-name", ["s.py"])], "problems": []})[1]
+    header, row, _ = table_lines({"skills": [listed("a-long-name", ["s.py"])], "problems": []})
     assert header.index("FILES") == row.index("3") and header.index("RUNNABLE") == row.index("s.py")
 
 
