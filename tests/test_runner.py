@@ -391,12 +391,16 @@ async def test_cancelling_the_run_kills_the_script() -> None:
             await anyio.sleep(0.02)
 
 
+IGNORES_SIGTERM = (
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
+    "while True: time.sleep(0.05)"
+)
+
+
 @pytest.mark.anyio
 async def test_a_script_ignoring_sigterm_is_killed_2000_ms_after_the_timeout(tmp_path: Path) -> None:
     # §9.4: SIGTERM to the group at the timeout, SIGKILL to the group 2000 ms later (not only at the hard deadline).
-    argv = [INTERPRETER_PATHS["python3"], "-c",
-            "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
-            "while True: time.sleep(0.05)"]
+    argv = [INTERPRETER_PATHS["python3"], "-c", IGNORES_SIGTERM]
     result = await run_process(argv, str(tmp_path), {}, 1000, ChildLimits())
     assert result.timed_out is True
     assert (result.exit_code, result.signal) == (None, "SIGKILL")
@@ -513,9 +517,7 @@ async def test_a_leader_still_running_at_the_hard_deadline_reports_sigkill(
     # The hard deadline settles as it sends SIGKILL, before the leader is reaped: the result names that kill.
     monkeypatch.setattr(runner, "TERM_GRACE_MS", 60000)
     monkeypatch.setattr(runner, "HARD_DEADLINE_EXTRA_MS", 300)
-    argv = [INTERPRETER_PATHS["python3"], "-c",
-            "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
-            "while True: time.sleep(0.05)"]
+    argv = [INTERPRETER_PATHS["python3"], "-c", IGNORES_SIGTERM]
     result = await run_process(argv, str(tmp_path), {}, 500, ChildLimits())
     assert (result.exit_code, result.signal, result.timed_out) == (None, "SIGKILL", True)
     assert result.stdout == "ignoring\n"
@@ -698,9 +700,7 @@ async def test_where_the_exit_is_not_watched_the_timeouts_settle_kills_the_group
 async def test_cancelling_the_run_kills_a_script_that_ignores_sigterm(tmp_path: Path) -> None:
     # A cancelled call (client cancellation, end of input, shutdown) kills with SIGKILL, which cannot be ignored.
     started: list[int] = []
-    argv = [INTERPRETER_PATHS["python3"], "-c",
-            "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
-            "while True: time.sleep(0.05)"]
+    argv = [INTERPRETER_PATHS["python3"], "-c", IGNORES_SIGTERM]
     with anyio.move_on_after(0.5):
         await run_process(argv, str(tmp_path), {}, 10000, ChildLimits(), on_start=started.append)
     pid = started[0]
