@@ -7,6 +7,9 @@ Five levers, confined to the one SDK import that `serve` makes; none touches the
 - deferred-models, deferred-adapters: pydantic builds no model validator or TypeAdapter while the SDK is
   imported (one model set per protocol revision), not even for an explicit `model_rebuild()`; each is built
   on first use, so what goes on the wire is validated exactly as before.
+- deferred-fields: nor does it collect a model's fields (evaluating every annotation: most of the time a model
+  class takes to create); they are collected, by pydantic's own function, when first read, which building the
+  model's validator, creating a subclass or reading `model_fields` all do.
 - frozen-gc: no garbage collection while the SDK imports, then `gc.freeze()`: the ~90,000 objects alive by
   then live as long as the process, and would otherwise be walked by ~150 collections during the import and
   by every full collection after it.
@@ -34,7 +37,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Union
 
-LEVERS = ("skipped-inits", "deferred-models", "deferred-adapters", "frozen-gc", "deferred-modules")
+LEVERS = ("skipped-inits", "deferred-models", "deferred-adapters", "deferred-fields", "frozen-gc", "deferred-modules")
 SKIPPED_INITS = ("mcp", "mcp.server")  # parents first
 # Every SDK module skill_mcp imports, so that all of them are imported inside the window.
 SDK_MODULES = (
@@ -129,13 +132,15 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
     # A plain `model_rebuild()` at import time (mcp_types resolving forward references) builds a validator too;
     # a deferred model resolves them itself when first used.
     from pydantic import BaseModel, TypeAdapter
-    from pydantic._internal import _config
+    from pydantic._internal import _config, _model_construction
 
     defaults = getattr(_config, "config_defaults", None)
     adapter_property = vars(TypeAdapter).get("_defer_build")
     rebuild = vars(BaseModel).get("model_rebuild")
     models = isinstance(defaults, dict) and defaults.get("defer_build") is False and isinstance(rebuild, classmethod)
     adapters = isinstance(adapter_property, property)
+    collect_fields = getattr(_model_construction, "set_model_fields", None)
+    fields = models and callable(collect_fields)  # fields read by a validator build must not be read at creation
     if models:
         defaults["defer_build"] = True
         BaseModel.model_rebuild = classmethod(  # type: ignore[method-assign,assignment]
@@ -145,6 +150,9 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
     if adapters:
         TypeAdapter._defer_build = property(lambda adapter: True)  # type: ignore[method-assign,assignment]
         applied.add("deferred-adapters")
+    if fields:
+        _model_construction.set_model_fields = _DeferredFields(collect_fields).set_model_fields
+        applied.add("deferred-fields")
     try:
         yield
     finally:
@@ -153,6 +161,60 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
             BaseModel.model_rebuild = rebuild  # type: ignore[method-assign]
         if adapters:
             TypeAdapter._defer_build = adapter_property  # type: ignore[method-assign]
+        if fields:
+            _model_construction.set_model_fields = collect_fields
+
+
+class _DeferredFields:
+    """Stands for pydantic's `set_model_fields(cls, config_wrapper, ns_resolver, namespace_info)`, which
+    `ModelMetaclass.__new__` calls to collect a new model's fields: for a model whose creation needs none of what
+    it finds, each attribute it sets is left as a `_CollectedOnRead` that calls it with the same arguments."""
+
+    SETS = ("__pydantic_fields__", "__pydantic_extra_info__")  # the two it sets; it only adds to the others
+
+    def __init__(self, collect: Any) -> None:
+        self._collect = collect
+        self._pending: dict[type, dict[str, Any]] = {}
+        self._lock = threading.RLock()
+
+    def set_model_fields(self, cls: type, config_wrapper: Any, ns_resolver: Any, namespace_info: Any = None) -> None:
+        arguments = {"config_wrapper": config_wrapper, "ns_resolver": ns_resolver, "namespace_info": namespace_info}
+        if not self._deferrable(cls, namespace_info):
+            self._collect(cls, **arguments)
+            return
+        self._pending[cls] = arguments
+        for name in self.SETS:
+            type.__setattr__(cls, name, _CollectedOnRead(self, cls, name))
+
+    @staticmethod
+    def _deferrable(cls: type, namespace_info: Any) -> bool:
+        # Of what it finds, `__new__` reads only the private attributes (`_x = value` or `_x: T`), to have
+        # `model_post_init` set their defaults; a model that has any is collected at once.
+        annotations = vars(cls).get("__annotations__", {})
+        return (
+            namespace_info is not None
+            and not namespace_info.private_candidates
+            and not any(name.startswith("_") for name in annotations)
+        )
+
+    def collect(self, cls: type) -> None:
+        with self._lock:
+            arguments = self._pending.pop(cls, None)
+            if arguments is not None:
+                for name in self.SETS:
+                    type.__delattr__(cls, name)  # pydantic reads the class's own `__pydantic_fields__` first
+                self._collect(cls, **arguments)
+
+
+class _CollectedOnRead:
+    __slots__ = ("_fields", "_cls", "_name")
+
+    def __init__(self, fields: _DeferredFields, cls: type, name: str) -> None:
+        self._fields, self._cls, self._name = fields, cls, name
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        self._fields.collect(self._cls)
+        return getattr(self._cls, self._name)
 
 
 _UNRESOLVED = object()

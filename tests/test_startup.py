@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from wire import clean_environ, legacy_handshake, running
@@ -24,10 +25,11 @@ PROBE_SECONDS = 60
 # Imports what `serve` imports (fast or the ordinary way), then reports what the levers left behind and
 # which SDK models and adapters are still unbuilt after each was used once.
 PROBE = """
-import gc, json, os, sys
+import gc, json, os, re, sys
 os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"  # as `serve` sets it
 from pydantic import BaseModel, TypeAdapter
-from pydantic._internal import _config
+from pydantic._internal import _config, _model_construction
+collect_fields = _model_construction.set_model_fields
 defer_property = vars(TypeAdapter)["_defer_build"]
 rebuild = vars(BaseModel)["model_rebuild"]
 from skill_mcp.startup import DEFERRED_MODULES, DEFERRED_REVISIONS, import_sdk
@@ -57,12 +59,13 @@ report = {
                      if name in sys.modules),
     "models": len(models),
     "deferredModels": sum(not model.__pydantic_complete__ for model in models),
+    "deferredFields": sum(not isinstance(vars(model)["__pydantic_fields__"], dict) for model in models),
     "deferredAdapters": sorted(name for name, adapter in adapters.items() if not adapter.pydantic_complete),
     "collections": collections,
     "frozen": gc.get_freeze_count(),
     "gcRestored": gc.isenabled(),
     "pydanticRestored": _config.config_defaults["defer_build"] is False and vars(TypeAdapter)["_defer_build"] is defer_property
-        and vars(BaseModel)["model_rebuild"] is rebuild,
+        and vars(BaseModel)["model_rebuild"] is rebuild and _model_construction.set_model_fields is collect_fields,
     "deferredLoaded": sorted(name for name in DEFERRED_MODULES if name in sys.modules),
     "standInsLeft": sorted(name for name, module in sys.modules.items() if module is not None and "__file__" not in vars(module)
                            and "__getattr__" in vars(module) and name in DEFERRED_MODULES),
@@ -73,6 +76,18 @@ def use_each_once():  # pydantic's lazy build looks 5 frames up the stack, alway
     for adapter in adapters.values():
         adapter.validator.validate_python
 use_each_once()
+def json_schema(model):
+    try:
+        return model.model_json_schema()
+    except Exception as error:  # a field pydantic cannot describe (a callable)
+        return type(error).__name__
+def in_order(match):  # equal Literals share typing's cache, so their values come in the first one's order
+    return match.group(1) + ", ".join(sorted(match.group(2).split(", "))) + "]"
+def shape(model):  # what collecting a model's fields decides; reprs carry addresses
+    text = repr([sorted(vars(model)), sorted(model.__class_vars__), sorted(model.__private_attributes__),
+                 model.__pydantic_extra_info__, model.__pydantic_fields__, json_schema(model)])
+    return re.sub(r"(Literal\\[|'enum': \\[)([^\\]]*)\\]", in_order, re.sub(r"0x[0-9a-f]+", "", text))
+report["shapes"] = {f"{model.__module__}.{model.__qualname__}": shape(model) for model in models}
 report["unbuiltAfterUse"] = sorted(
     [model.__qualname__ for model in models if not model.__pydantic_complete__]
     + [name for name, adapter in adapters.items() if not adapter.pydantic_complete]
@@ -187,6 +202,8 @@ def test_every_lever_takes_effect_and_everything_deferred_still_builds() -> None
     assert fast["loaded"] == []
     assert ordinary["loaded"] == ["mcp.client.client", "mcp.os.win32.utilities", "mcp.server.mcpserver"]
     assert fast["models"] > 400 and fast["deferredModels"] > 0.9 * fast["models"] > 10 * ordinary["deferredModels"]
+    assert fast["deferredFields"] > 0.8 * fast["models"] and ordinary["deferredFields"] == 0
+    assert fast["shapes"] == {name: ordinary["shapes"][name] for name in fast["shapes"]}  # the client's models aside
     assert "mcp_types._types.server_result_adapter" in fast["deferredAdapters"] and ordinary["deferredAdapters"] == []
     assert fast["collections"] == 0 < 10 < ordinary["collections"]
     assert fast["frozen"] > 50_000 and ordinary["frozen"] == 0
@@ -278,3 +295,79 @@ def test_serve_loads_no_pydantic_plugin(tmp_path: Path) -> None:
     model = "from pydantic import BaseModel\nclass Probe(BaseModel):\n    x: int\nProbe(x=1)\n"
     subprocess.run([sys.executable, "-c", model], env=environ, timeout=PROBE_SECONDS, check=True, capture_output=True)
     assert marker.exists()
+
+
+# Models created while fields are deferred (as the SDK's are), next to the same models created the ordinary way.
+DEFERRED_FIELD_MODELS = """
+from __future__ import annotations
+from typing import Annotated, ClassVar, Generic, TypeVar
+from pydantic import BaseModel, Field, PrivateAttr
+Value = TypeVar("Value")
+
+class Plain(BaseModel):
+    name: str
+    size: int = Field(default=0, alias="sizeInBytes")
+
+class Child(Plain):
+    note: str | None = None
+
+class AssignedPrivate(BaseModel):
+    name: str
+    _token = "secret"
+
+class AnnotatedPrivate(BaseModel):
+    name: str
+    _token: Annotated[str, PrivateAttr(default="secret")]
+
+class WithClassVar(BaseModel):
+    kind: ClassVar[str] = "plain"
+    name: str
+
+class Box(BaseModel, Generic[Value]):
+    value: Value
+
+IntBox = Box[int]
+"""
+
+
+def models_in(window: bool) -> dict:
+    from pydantic import BaseModel
+
+    from skill_mcp.startup import _deferred_builds
+
+    module = ModuleType("deferred_field_models" if window else "ordinary_models")
+    sys.modules[module.__name__] = module  # a parametrized generic looks its module up
+    try:
+        if window:
+            with _deferred_builds(set()):
+                exec(DEFERRED_FIELD_MODELS, vars(module))
+        else:
+            exec(DEFERRED_FIELD_MODELS, vars(module))
+    finally:
+        del sys.modules[module.__name__]
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel
+    }
+
+
+def test_deferred_fields_wait_for_their_first_reader_unless_creation_needs_them() -> None:
+    deferred, ordinary = models_in(window=True), models_in(window=False)
+    collected = sorted(name for name, model in deferred.items() if isinstance(vars(model)["__pydantic_fields__"], dict))
+    assert collected == ["AnnotatedPrivate", "AssignedPrivate", "Box", "Plain"]  # read to create Child, Box[int]
+    assert deferred["Child"].model_fields.keys() == {"name", "size", "note"}
+    for name, model in ordinary.items():
+        twin = deferred[name]
+        assert repr(twin.model_fields) == repr(model.model_fields), name
+        assert twin.__private_attributes__.keys() == model.__private_attributes__.keys(), name
+        assert twin.__class_vars__ == model.__class_vars__, name
+        assert twin.model_json_schema() == model.model_json_schema(), name
+    child = deferred["Child"].model_validate({"name": "a", "sizeInBytes": 3})
+    assert child.model_dump(by_alias=True) == {"name": "a", "sizeInBytes": 3, "note": None}
+    for name in ("AssignedPrivate", "AnnotatedPrivate"):
+        assert deferred[name](name="x")._token == "secret"
+    with_class_var = deferred["WithClassVar"](name="x")
+    with pytest.raises(AttributeError, match="ClassVar"):
+        with_class_var.kind = "other"
+    assert deferred["IntBox"](value="7").value == 7
