@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
+from .startup import collection_paused
 from .version import VERSION
 
 if TYPE_CHECKING:
@@ -98,6 +100,14 @@ def serve() -> int:
     # nothing runs yet, and Python's defaults would leave a traceback (SIGINT) or a signal exit status.
     for each in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(each, lambda *_: os._exit(EXIT_OK))
+    with collection_paused():  # what start-up builds lives as long as the process (startup.py, frozen-gc)
+        serve_until_the_client_leaves = _boot()
+    serve_until_the_client_leaves()
+    return EXIT_OK
+
+
+def _boot() -> Callable[[], None]:
+    """Hardening, the SDK, discovery, the boot log and the server; returns the stdio loop, ready to run."""
     # Hardening comes first, before any thread exists and before the environment is read.
     from . import hardening
 
@@ -133,8 +143,7 @@ def serve() -> int:
         killed = runs.kill_active()
         log.info("shutdown", reason=reason, killedRun=killed)
 
-    anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end)
-    return EXIT_OK
+    return partial(anyio.run, serve_stdio, server, on_shutdown, runs.note_input_end)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,12 +10,12 @@ Five levers, confined to the one SDK import that `serve` makes; none touches the
 - deferred-fields: nor does it collect a model's fields (evaluating every annotation: most of the time a model
   class takes to create); they are collected, by pydantic's own function, when first read, which building the
   model's validator, creating a subclass or reading `model_fields` all do.
-- frozen-gc: no garbage collection while the SDK imports, then `gc.freeze()`: the ~90,000 objects alive by
-  then live as long as the process, and would otherwise be walked by ~150 collections during the import and
-  by every full collection after it.
+- frozen-gc: no garbage collection while the SDK imports (nor, in `serve`, while our modules import and
+  discovery runs), then `gc.freeze()`: the ~70,000 objects alive by then live as long as the process, and
+  would otherwise be walked by ~170 collections during start-up and by every full collection after it.
 - deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette)
   and a Windows-only stdio helper, which a stdio server on Linux never calls, and both protocol revisions'
-  model sets, of which a session uses one.
+  model sets, of which a session uses one; anyio's event loop imports its socket layer (and TLS) for UDP.
   Each module in DEFERRED_MODULES and DEFERRED_REVISIONS is served, while the SDK imports, by a stand-in
   whose listed (for a revision: public) names are forwarders that import the real module when first used;
   any other name imports the real module at once. The stand-ins leave `sys.modules` when the import is done.
@@ -39,7 +39,8 @@ from typing import Any, Union
 
 LEVERS = ("skipped-inits", "deferred-models", "deferred-adapters", "deferred-fields", "frozen-gc", "deferred-modules")
 SKIPPED_INITS = ("mcp", "mcp.server")  # parents first
-# Every SDK module skill_mcp imports, so that all of them are imported inside the window.
+# Every SDK module skill_mcp imports, so that all of them are imported inside the window, and the event loop
+# backend that `anyio.run` imports.
 SDK_MODULES = (
     "mcp_types",
     "mcp_types.version",
@@ -47,6 +48,7 @@ SDK_MODULES = (
     "mcp.server.context",
     "mcp.server.lowlevel",
     "mcp.server.stdio",
+    "anyio._backends._asyncio",
 )
 # Module -> the names the SDK imports from it, each used at import only in annotations and otherwise only
 # called; checked against the installed SDK by tests/test_startup.py, which also drives a real HTTP request.
@@ -72,6 +74,7 @@ DEFERRED_MODULES = {
     "mcp.os.win32.utilities": ("rebind_std_handle_to_fd",),  # called by the stdio transport on Windows only
     # pydantic's plugin search (which `serve` turns off) and its email-validator version check
     "importlib.metadata": ("entry_points", "version"),
+    "anyio._core._sockets": ("convert_ipv6_sockaddr",),  # the asyncio backend's, for a UDP datagram's address
 }
 # One model set per protocol revision; `mcp_types.methods` only files their classes and unions in its per-version
 # maps, and a session speaks one revision, so each set is imported when a message first needs it.
@@ -83,21 +86,28 @@ def import_sdk() -> list[str]:
     if "mcp" in sys.modules or "mcp_types" in sys.modules:
         return []  # already imported the ordinary way (an in-process client, the tests): nothing left to save
     applied: set[str] = {"frozen-gc"}
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        with _deferred_builds(applied), _deferred_modules(applied):
-            registered = all(_register_without_init(name) for name in SKIPPED_INITS)
-            for name in SDK_MODULES:
-                importlib.import_module(name)
-    finally:
-        gc.freeze()
-        if collecting:
-            gc.enable()
+    with collection_paused(), _deferred_builds(applied), _deferred_modules(applied):
+        registered = all(_register_without_init(name) for name in SKIPPED_INITS)
+        for name in SDK_MODULES:
+            importlib.import_module(name)
     # An SDK module that reads a name from either package has run its real __init__ by now.
     if registered and all("__getattr__" in vars(sys.modules[name]) for name in SKIPPED_INITS):
         applied.add("skipped-inits")
     return [lever for lever in LEVERS if lever not in applied]
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """No garbage collection while the server starts (`serve` also wraps its own imports and discovery): what
+    start-up builds lives as long as the process, so it is then frozen out of every later collection."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
 
 
 def _register_without_init(name: str) -> bool:

@@ -38,7 +38,7 @@ collections = sum(generation["collections"] for generation in gc.get_stats())
 if sys.argv[1] == "fast":
     unavailable = import_sdk()
 else:
-    import mcp.server.lowlevel
+    import mcp.server.lowlevel, anyio._backends._asyncio
 collections = sum(generation["collections"] for generation in gc.get_stats()) - collections
 import skill_mcp.lifecycle, skill_mcp.run_tool, skill_mcp.server
 from mcp_types import methods
@@ -228,6 +228,35 @@ def test_the_deferred_http_transport_still_works_when_called() -> None:
     assert fast["initialize"] == [200, True]
 
 
+# One UDP datagram over loopback, through the asyncio backend's handler, which calls the deferred socket helper.
+UDP_ROUNDTRIP = """
+import json, os, sys
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+if sys.argv[1] == "fast":
+    from skill_mcp.startup import import_sdk
+    assert import_sdk() == []
+import anyio
+
+async def roundtrip():
+    async with await anyio.create_udp_socket(local_host="127.0.0.1") as receiver:
+        async with await anyio.create_connected_udp_socket("127.0.0.1", receiver.extra(anyio.abc.SocketAttribute.local_port)) as sender:
+            await sender.send(b"ping")
+            data, (host, port) = await receiver.receive()
+            return [data.decode(), host, port == sender.extra(anyio.abc.SocketAttribute.local_port)]
+
+print(json.dumps(anyio.run(roundtrip)))
+"""
+
+
+def test_the_deferred_socket_layer_still_works_when_called() -> None:
+    fast, ordinary = (
+        json.loads(subprocess.run([sys.executable, "-c", UDP_ROUNDTRIP, way], capture_output=True, text=True,
+                                  timeout=PROBE_SECONDS, check=True).stdout)
+        for way in ("fast", "ordinary")
+    )  # fmt: skip
+    assert fast == ordinary == ["ping", "127.0.0.1", True]
+
+
 def broken_session(tmp_path: Path, way: str, era: str) -> list[dict]:
     script = tmp_path / "broken_server.py"
     script.write_text(BROKEN_SERVER, encoding="utf-8")
@@ -266,6 +295,37 @@ def test_the_real_server_reports_no_unavailable_lever(tmp_path: Path) -> None:
     assert finished.returncode == 0, finished.stderr
     events = [json.loads(line)["event"] for line in finished.stderr.splitlines()]
     assert "boot" in events and "startup.warning" not in events
+
+
+# `serve` with stdin at EOF: the garbage collections from its start to its stdio loop's, and what was frozen.
+COLLECTIONS_BEFORE_SERVING = """
+import gc, json, os, sys
+import anyio
+from skill_mcp import cli
+collections = []
+gc.callbacks.append(lambda phase, info: phase == "stop" and collections.append(info["generation"]))
+serve, run = cli.serve, anyio.run
+def counted_serve():
+    collections.clear()  # the command line's own parsing may collect
+    return serve()
+def counted_run(*args):
+    os.write(2, json.dumps({"event": "loop", "collections": len(collections), "frozen": gc.get_freeze_count(),
+                            "collecting": gc.isenabled()}).encode() + b"\\n")
+    return run(*args)
+cli.serve, anyio.run = counted_serve, counted_run
+sys.exit(cli.main([]))
+"""
+
+
+def test_serve_collects_no_garbage_until_its_stdio_loop_starts(tmp_path: Path) -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", COLLECTIONS_BEFORE_SERVING], stdin=subprocess.DEVNULL, capture_output=True,
+        text=True, cwd=tmp_path, env=clean_environ(), timeout=PROBE_SECONDS,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr
+    loop = next(json.loads(line) for line in finished.stderr.splitlines() if '"event": "loop"' in line)
+    assert loop["collections"] == 0 and loop["collecting"] is True
+    assert loop["frozen"] > 70_000  # the SDK's ~61,000 objects, then ours
 
 
 def plugin_environ(tmp_path: Path) -> tuple[dict[str, str], Path]:
