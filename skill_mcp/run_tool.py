@@ -103,7 +103,7 @@ class RunService:
 
     async def call(
         self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> dict[str, Any] | types.InputRequiredResult:
         name, script = arguments["name"], arguments["script"]
         try:
             draft = self._preview_stage(name, script, tuple(arguments.get("args", ())))
@@ -248,7 +248,7 @@ class RunService:
             self.deployment.config.elicitation,
         )
 
-    async def _path_elicitation(self, ctx: ServerRequestContext[Any], draft: Draft) -> types.CallToolResult:
+    async def _path_elicitation(self, ctx: ServerRequestContext[Any], draft: Draft) -> dict[str, Any]:
         message, schema = confirm.elicitation_question(draft.will_run)
         decision = "failed"
         try:
@@ -271,7 +271,7 @@ class RunService:
 
     async def _path_input_required(
         self, ctx: ServerRequestContext[Any], draft: Draft
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> dict[str, Any] | types.InputRequiredResult:
         params = ctx.params or {}
         responses = params.get("inputResponses") or {}
         if not responses:
@@ -308,7 +308,7 @@ class RunService:
             {"resultType": "input_required", "inputRequests": {"confirm": request}, "requestState": state}
         )
 
-    async def _path_token(self, draft: Draft, token: str | None) -> types.CallToolResult:
+    async def _path_token(self, draft: Draft, token: str | None) -> dict[str, Any]:
         mode = self._mode()
         if mode == "refuse":
             self._log_confirm(draft, "token", "confirmation-unsupported")
@@ -342,11 +342,11 @@ class RunService:
 
     # --- running (§9.1 steps 10-11) ---------------------------------------------------------------
 
-    def _refused(self, name: str, script: str, refused: Refused) -> types.CallToolResult:
+    def _refused(self, name: str, script: str, refused: Refused) -> dict[str, Any]:
         self._log.warning("run.refused", skill=name, script=script, reason=refused.reason)
         return failure_result(refused)
 
-    def _busy_refusal(self, draft: Draft) -> types.CallToolResult:
+    def _busy_refusal(self, draft: Draft) -> dict[str, Any]:
         self._log.warning("run.refused", skill=draft.skill.name, script=draft.entry.script, reason="busy")
         return failure_result(
             ToolFailure(
@@ -355,7 +355,7 @@ class RunService:
             )
         )
 
-    async def _run_once(self, draft: Draft, approval: confirm.Approval | None) -> types.CallToolResult:
+    async def _run_once(self, draft: Draft, approval: confirm.Approval | None) -> dict[str, Any]:
         if self._busy:  # check-and-set with no await in between
             return self._busy_refusal(draft)
         if self._input_ended:  # the end of input stops runs (§5.1); this one has not begun
@@ -381,7 +381,7 @@ class RunService:
             self._busy = False
             self._active = None
 
-    async def _execute(self, draft: Draft) -> types.CallToolResult:
+    async def _execute(self, draft: Draft) -> dict[str, Any]:
         deployment, entry = self.deployment, draft.entry
         env = script_environment(deployment.environ, entry.env)
         argv = build_argv(entry.interpreter, deployment.interpreters[entry.interpreter], draft.real_script, draft.args)

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -35,20 +36,22 @@ BEFORE_THE_SESSION = (
 )
 # tools/call arguments that are not an object, which the SDK's model refuses: handed to call_tool this way
 _NON_OBJECT_ARGUMENTS: ContextVar[Any] = ContextVar("non_object_arguments", default=None)
-RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[types.CallToolResult | types.InputRequiredResult]]
+RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[dict[str, Any] | types.InputRequiredResult]]
 
 
-def text_result(text: str, *, is_error: bool = False) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=is_error)
+def text_result(text: str, *, is_error: bool = False) -> dict[str, Any]:
+    # A result as a plain dict, as a model dumps it: the SDK validates it against the session's protocol revision
+    # on its way out (a legacy one drops `resultType`), and no model is built and dumped per call.
+    return {"content": [{"type": "text", "text": text}], "isError": is_error, "resultType": "complete"}
 
 
-def failure_result(failure: ToolFailure) -> types.CallToolResult:
+def failure_result(failure: ToolFailure) -> dict[str, Any]:
     return text_result(failure.text(), is_error=True)
 
 
 def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     log = get_logger()
-    tool_models = [types.Tool.model_validate(tool) for tool in TOOLS]
+    tool_list = {"tools": list(TOOLS), "resultType": "complete"}  # validated on its way out, as text_result's
 
     def answer(method: str, action: Callable[[], Any]) -> Any:
         """`action()`'s value for `method`; bad input becomes -32602, anything else -32603, logged (§5.3)."""
@@ -62,16 +65,16 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
                 code=types.INTERNAL_ERROR, message=f"an internal error occurred in {method}; see the server log"
             ) from None
 
-    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         answer("tools/list", lambda: surfaces.single_page(params and params.cursor))
-        return types.ListToolsResult(tools=tool_models)
+        return tool_list
 
     # Each boot-time answer is rendered once; at most one per served skill, plus the listing.
     rendered: dict[tuple[str, str | None], str] = {}
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> dict[str, Any] | types.InputRequiredResult:
         name = params.name
         if name not in TOOLS_BY_NAME:
             hint = f"This server's tools are {', '.join(TOOLS_BY_NAME)}; tools/list describes them."
@@ -135,6 +138,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         on_list_resources=list_resources,
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
+        cache_hints={"tools/list": CacheHint()},  # the SDK's defaults (immediately stale, private), for a dict
     )
     server.middleware.append(_explaining_invalid_params(server))
     _register_skills_extension(server, deployment, answer)

@@ -1502,7 +1502,8 @@ async def test_more_than_64_arguments_are_refused_by_the_run_path_itself(fence: 
     # On the wire the schema's maxItems answers first; the run path keeps its own cap and message (§9.1 step 7)
     # for any caller that reaches it without the schema.
     result = await fence.service().call(None, call(args=["a"] * 65))  # type: ignore[arg-type]
-    assert error_text(result) == f"too many arguments: 65, the cap is 64\n\nHint: {ARGS_HINT}"
+    assert result["isError"] is True  # the result as the SDK will validate and send it
+    assert result["content"] == [{"type": "text", "text": f"too many arguments: 65, the cap is 64\n\nHint: {ARGS_HINT}"}]
     assert fence.runs() == []
 
 
