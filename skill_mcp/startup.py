@@ -1,6 +1,6 @@
 """Fast start: import the SDK's stdio server without paying at start for what a session never uses.
 
-Five levers, confined to the one SDK import that `serve` makes; none touches the installed files:
+Six levers, confined to the one SDK import that `serve` makes; none touches the installed files:
 
 - skipped-inits: the packages `mcp` and `mcp.server` are registered without running their `__init__`, which
   import the whole client and the high-level server. The real `__init__` runs on the first access to a name.
