@@ -149,8 +149,12 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
     rebuild = vars(BaseModel).get("model_rebuild")
     models = isinstance(defaults, dict) and defaults.get("defer_build") is False and isinstance(rebuild, classmethod)
     adapters = isinstance(adapter_property, property)
+    # Fields wait for a validator build, so only with deferred models; and only for the signature that
+    # `ModelMetaclass.__new__` calls and `_DeferredFields.set_model_fields` takes.
     collect_fields = getattr(_model_construction, "set_model_fields", None)
-    fields = models and callable(collect_fields)  # fields read by a validator build must not be read at creation
+    code = getattr(collect_fields, "__code__", None)
+    parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
+    fields = models and parameters == ("cls", "config_wrapper", "ns_resolver", "namespace_info")
     if models:
         defaults["defer_build"] = True
         BaseModel.model_rebuild = classmethod(  # type: ignore[method-assign,assignment]
@@ -212,7 +216,7 @@ class _DeferredFields:
             arguments = self._pending.pop(cls, None)
             if arguments is not None:
                 for name in self.SETS:
-                    type.__delattr__(cls, name)  # pydantic reads the class's own `__pydantic_fields__` first
+                    type.__delattr__(cls, name)  # collecting reads each class's own `__pydantic_fields__`, if any
                 self._collect(cls, **arguments)
 
 

@@ -328,6 +328,31 @@ def test_serve_collects_no_garbage_until_its_stdio_loop_starts(tmp_path: Path) -
     assert loop["frozen"] > 70_000  # the SDK's ~61,000 objects, then ours
 
 
+# As if a pydantic upgrade gave the field collector another parameter: the lever must step aside.
+CHANGED_COLLECTOR = """
+import json, os
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+from pydantic._internal import _model_construction
+collect = _model_construction.set_model_fields
+def set_model_fields(cls, config_wrapper, ns_resolver, namespace_info=None, extra=None):
+    collect(cls, config_wrapper, ns_resolver, namespace_info)
+_model_construction.set_model_fields = set_model_fields
+from skill_mcp.startup import import_sdk
+unavailable = import_sdk()
+import mcp_types
+from mcp_types import methods
+methods.parse_client_request("tools/list", "2025-11-25", None)
+print(json.dumps([unavailable, isinstance(vars(mcp_types.Tool)["__pydantic_fields__"], dict)]))
+"""
+
+
+def test_the_fields_lever_steps_aside_for_a_collector_it_does_not_know() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", CHANGED_COLLECTOR], capture_output=True, text=True, timeout=PROBE_SECONDS, check=True
+    )
+    assert json.loads(finished.stdout) == [["deferred-fields"], True]
+
+
 def plugin_environ(tmp_path: Path) -> tuple[dict[str, str], Path]:
     """An installed pydantic plugin (an entry point in the `pydantic` group) that leaves a marker when loaded."""
     site, marker = tmp_path / "site", tmp_path / "plugin-loaded"
