@@ -3,7 +3,8 @@
     .venv/bin/python bench/phases.py [--runs 5]
 
 Each run starts `skill-mcp` (bundled skills) in a fresh interpreter, writes `initialize`,
-`notifications/initialized` and `tools/list` before the server is up (as a client does), and closes stdin.
+`notifications/initialized`, `tools/list` and a `skill_list` call before the server is up (as a client does),
+and closes stdin.
 Inside, the phases are marked by wrapping the functions `serve` calls; time 0 is the interpreter reaching
 this file. Printed: per-phase medians over the runs. The wrapping itself adds well under 1 ms.
 """
@@ -24,6 +25,7 @@ MESSAGES = [
      "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "phases", "version": "1"}}},
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
     {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "skill_list", "arguments": {}}},
 ]  # fmt: skip
 
 # Runs in the server process: marks each phase, then prints them as one JSON line on stderr at exit.
@@ -92,18 +94,22 @@ def main() -> None:
         one_run(work)  # warms the bytecode caches
         runs = [one_run(work) for _ in range(options.runs)]
     durations: dict[str, list[float]] = {label: [] for label, _ in PHASES}
-    to_tools_list = []
+    to_tools_list, to_skill_list = [], []
     for marks in runs:
         at = dict(marks[:6])  # the first "answer sent" is initialize's
         previous = 0.0
         for label, name in PHASES:
             durations[label].append(at[name] - previous)
             previous = at[name]
-        to_tools_list.append(marks[-1][1])  # the last answer written is tools/list's
+        answers = [at for name, at in marks if name == "answer sent"]  # written in the order asked
+        to_tools_list.append(answers[1])
+        to_skill_list.append(answers[2])
     print(f"Phases of one cold start, medians of {options.runs} runs (ms)")
     for label, values in durations.items():
         print(f"  {label:<50} {statistics.median(values):7.1f}")
     print(f"  {'... to the tools/list answer written':<50} {statistics.median(to_tools_list):7.1f}")
+    first_call = statistics.median(b - a for a, b in zip(to_tools_list, to_skill_list))
+    print(f"  {'tools/list answer -> first skill_list answer':<50} {first_call:7.1f}")
 
 
 if __name__ == "__main__":
