@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .startup import collection_paused
@@ -100,37 +99,32 @@ def serve() -> int:
     # nothing runs yet, and Python's defaults would leave a traceback (SIGINT) or a signal exit status.
     for each in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(each, lambda *_: os._exit(EXIT_OK))
-    with collection_paused():  # what start-up builds lives as long as the process (startup.py, frozen-gc)
-        serve_until_the_client_leaves = _boot()
-    serve_until_the_client_leaves()
-    return EXIT_OK
+    # What start-up imports lives as long as the process, so it is imported with no collection, then frozen
+    # (startup.py, frozen-gc); discovery, after it, leaves garbage to collect.
+    with collection_paused():
+        # Hardening comes first, before any thread exists and before the environment is read.
+        from . import hardening
 
+        scrub = hardening.scrub_environ()
+        non_dumpable = hardening.make_non_dumpable()
+        from .files import keep_read_buffers_on_heap
 
-def _boot() -> Callable[[], None]:
-    """Hardening, the SDK, discovery, the boot log and the server; returns the stdio loop, ready to run."""
-    # Hardening comes first, before any thread exists and before the environment is read.
-    from . import hardening
+        keep_read_buffers_on_heap()
 
-    scrub = hardening.scrub_environ()
-    non_dumpable = hardening.make_non_dumpable()
-    from .files import keep_read_buffers_on_heap
+        # A pydantic plugin (any installed package's `pydantic` entry point) would see every validated message,
+        # file contents and arguments included, which no log of ours may carry; none is loaded, or searched for.
+        os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+        from .startup import import_sdk
 
-    keep_read_buffers_on_heap()
+        unavailable_levers = import_sdk()
 
-    # A pydantic plugin (any installed package's `pydantic` entry point) would see every validated message,
-    # file contents and arguments included, which no log of ours may carry; none is loaded, or searched for.
-    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
-    from .startup import import_sdk
+        import anyio
 
-    unavailable_levers = import_sdk()
-
-    import anyio
-
-    from .deployment import build_deployment
-    from .lifecycle import serve_stdio
-    from .logs import configure_logging, get_logger, log_boot
-    from .run_tool import RunService
-    from .server import build_server
+        from .deployment import build_deployment
+        from .lifecycle import serve_stdio
+        from .logs import configure_logging, get_logger, log_boot
+        from .run_tool import RunService
+        from .server import build_server
 
     deployment, warnings = build_deployment(os.environ, scrub=scrub, non_dumpable=non_dumpable)
     configure_logging(deployment.config.log_level, deployment.config.log_format)
@@ -143,7 +137,8 @@ def _boot() -> Callable[[], None]:
         killed = runs.kill_active()
         log.info("shutdown", reason=reason, killedRun=killed)
 
-    return partial(anyio.run, serve_stdio, server, on_shutdown, runs.note_input_end)
+    anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end)
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,9 +10,9 @@ Six levers, confined to the one SDK import that `serve` makes; none touches the 
 - deferred-fields: nor does it collect a model's fields (evaluating every annotation: most of the time a model
   class takes to create); they are collected, by pydantic's own function, when first read, which building the
   model's validator, creating a subclass or reading `model_fields` all do.
-- frozen-gc: no garbage collection while the SDK imports (nor, in `serve`, while our modules import and
-  discovery runs), then `gc.freeze()`: the ~70,000 objects alive by then live as long as the process, and
-  would otherwise be walked by ~170 collections during start-up and by every full collection after it.
+- frozen-gc: no garbage collection while the SDK imports (nor, in `serve`, while the rest of what it uses
+  imports), then `gc.freeze()`: the ~70,000 objects alive by then live as long as the process, and would
+  otherwise be walked by ~170 collections during start-up and by every full collection after it.
 - deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette)
   and a Windows-only stdio helper, which a stdio server on Linux never calls, and both protocol revisions'
   model sets, of which a session uses one; anyio's event loop imports its socket layer (and TLS) for UDP.
@@ -32,8 +32,9 @@ import importlib.machinery
 import importlib.util
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from types import ModuleType
 from typing import Any, Union
 
@@ -98,8 +99,8 @@ def import_sdk() -> list[str]:
 
 @contextmanager
 def collection_paused() -> Iterator[None]:
-    """No garbage collection while the server starts (`serve` also wraps its own imports and discovery): what
-    start-up builds lives as long as the process, so it is then frozen out of every later collection."""
+    """No garbage collection while modules import (`serve` wraps all of its imports in this too): what they
+    build lives as long as the process, so it is then frozen out of every later collection."""
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -142,19 +143,25 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
     # A plain `model_rebuild()` at import time (mcp_types resolving forward references) builds a validator too;
     # a deferred model resolves them itself when first used.
     from pydantic import BaseModel, TypeAdapter
-    from pydantic._internal import _config, _model_construction
+    from pydantic._internal import _config, _model_construction, _typing_extra
 
     defaults = getattr(_config, "config_defaults", None)
     adapter_property = vars(TypeAdapter).get("_defer_build")
     rebuild = vars(BaseModel).get("model_rebuild")
     models = isinstance(defaults, dict) and defaults.get("defer_build") is False and isinstance(rebuild, classmethod)
     adapters = isinstance(adapter_property, property)
-    # Fields wait for a validator build, so only with deferred models; and only for the signature that
-    # `ModelMetaclass.__new__` calls and `_DeferredFields.set_model_fields` takes.
+    # Fields wait for a validator build, so only with deferred models; only for the signature that
+    # `ModelMetaclass.__new__` calls and `_DeferredFields.set_model_fields` takes; and with pydantic's own reader
+    # of a class's annotations (Python 3.14 evaluates them lazily).
     collect_fields = getattr(_model_construction, "set_model_fields", None)
+    annotations_of = getattr(_typing_extra, "safe_get_annotations", None)
     code = getattr(collect_fields, "__code__", None)
     parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
-    fields = models and parameters == ("cls", "config_wrapper", "ns_resolver", "namespace_info")
+    fields = (
+        models
+        and callable(annotations_of)
+        and parameters == ("cls", "config_wrapper", "ns_resolver", "namespace_info")
+    )
     if models:
         defaults["defer_build"] = True
         BaseModel.model_rebuild = classmethod(  # type: ignore[method-assign,assignment]
@@ -165,7 +172,7 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
         TypeAdapter._defer_build = property(lambda adapter: True)  # type: ignore[method-assign,assignment]
         applied.add("deferred-adapters")
     if fields:
-        _model_construction.set_model_fields = _DeferredFields(collect_fields).set_model_fields
+        _model_construction.set_model_fields = _DeferredFields(collect_fields, annotations_of).set_model_fields
         applied.add("deferred-fields")
     try:
         yield
@@ -182,53 +189,50 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
 class _DeferredFields:
     """Stands for pydantic's `set_model_fields(cls, config_wrapper, ns_resolver, namespace_info)`, which
     `ModelMetaclass.__new__` calls to collect a new model's fields: for a model whose creation needs none of what
-    it finds, each attribute it sets is left as a `_CollectedOnRead` that calls it with the same arguments."""
+    it finds, each attribute it sets is left as a `_CollectedOnRead` that calls it, with the same arguments.
+
+    Until then a field's default is still readable as a class attribute (collecting removes it; neither the SDK
+    nor skill-mcp reads one), and an error in a model's fields is raised at its first use, not at its creation."""
 
     SETS = ("__pydantic_fields__", "__pydantic_extra_info__")  # the two it sets; it only adds to the others
 
-    def __init__(self, collect: Any) -> None:
-        self._collect = collect
-        self._pending: dict[type, dict[str, Any]] = {}
-        self._lock = threading.RLock()
+    def __init__(self, collect: Any, annotations_of: Any) -> None:
+        self._collect, self._annotations_of = collect, annotations_of
 
-    def set_model_fields(self, cls: type, config_wrapper: Any, ns_resolver: Any, namespace_info: Any = None) -> None:
+    def set_model_fields(self, cls: type, config_wrapper: Any, ns_resolver: Any, namespace_info: Any) -> None:
         arguments = {"config_wrapper": config_wrapper, "ns_resolver": ns_resolver, "namespace_info": namespace_info}
-        if not self._deferrable(cls, namespace_info):
-            self._collect(cls, **arguments)
-            return
-        self._pending[cls] = arguments
-        for name in self.SETS:
-            type.__setattr__(cls, name, _CollectedOnRead(self, cls, name))
-
-    @staticmethod
-    def _deferrable(cls: type, namespace_info: Any) -> bool:
         # Of what it finds, `__new__` reads only the private attributes (`_x = value` or `_x: T`), to have
         # `model_post_init` set their defaults; a model that has any is collected at once.
-        annotations = vars(cls).get("__annotations__", {})
-        return (
-            namespace_info is not None
-            and not namespace_info.private_candidates
-            and not any(name.startswith("_") for name in annotations)
-        )
+        if namespace_info.private_candidates or any(name.startswith("_") for name in self._annotations_of(cls)):
+            self._collect(cls, **arguments)
+            return
+        collect = partial(self._collect, cls, **arguments)
+        for name in self.SETS:
+            type.__setattr__(cls, name, _CollectedOnRead(collect, cls, name))
 
-    def collect(self, cls: type) -> None:
-        with self._lock:
-            arguments = self._pending.pop(cls, None)
-            if arguments is not None:
-                for name in self.SETS:
-                    type.__delattr__(cls, name)  # collecting reads each class's own `__pydantic_fields__`, if any
-                self._collect(cls, **arguments)
+
+_COLLECTING = threading.RLock()  # one collection at a time: a reader on another thread waits for it to finish
 
 
 class _CollectedOnRead:
-    __slots__ = ("_fields", "_cls", "_name")
+    """`cls.<name>` until `cls`'s fields are collected: the first read collects them, and pydantic's function sets
+    both attributes, over both stand-ins. If it raises, they stay, and the next read raises again."""
 
-    def __init__(self, fields: _DeferredFields, cls: type, name: str) -> None:
-        self._fields, self._cls, self._name = fields, cls, name
+    __slots__ = ("_collect", "_cls", "_name")
+
+    def __init__(self, collect: Callable[[], None], cls: type, name: str) -> None:
+        self._collect, self._cls, self._name = collect, cls, name
 
     def __get__(self, instance: Any, owner: type) -> Any:
-        self._fields.collect(self._cls)
-        return getattr(self._cls, self._name)
+        with _COLLECTING:
+            if vars(self._cls)[self._name] is self:
+                self._collect()
+        return vars(self._cls)[self._name]
+
+    def __contains__(self, name: str) -> bool:
+        # While the fields are collected, pydantic looks each annotation up in the class's own
+        # `__pydantic_fields__`, as already evaluated: none is, yet.
+        return False
 
 
 _UNRESOLVED = object()

@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from types import ModuleType
+from typing import Annotated
 
 import pytest
+from pydantic import Field
 from wire import clean_environ, legacy_handshake, running
 
 from skill_mcp.startup import DEFERRED_MODULES, DEFERRED_REVISIONS
@@ -297,35 +301,38 @@ def test_the_real_server_reports_no_unavailable_lever(tmp_path: Path) -> None:
     assert "boot" in events and "startup.warning" not in events
 
 
-# `serve` with stdin at EOF: the garbage collections from its start to its stdio loop's, and what was frozen.
+# `serve` with stdin at EOF: the garbage collections from its start to each `gc.freeze()`, and what was frozen.
 COLLECTIONS_BEFORE_SERVING = """
 import gc, json, os, sys
 import anyio
 from skill_mcp import cli
-collections = []
+collections, freezes = [], []
 gc.callbacks.append(lambda phase, info: phase == "stop" and collections.append(info["generation"]))
-serve, run = cli.serve, anyio.run
+serve, run, freeze = cli.serve, anyio.run, gc.freeze
 def counted_serve():
     collections.clear()  # the command line's own parsing may collect
     return serve()
+def counted_freeze():
+    freeze()
+    freezes.append([len(collections), gc.get_freeze_count()])
 def counted_run(*args):
-    os.write(2, json.dumps({"event": "loop", "collections": len(collections), "frozen": gc.get_freeze_count(),
-                            "collecting": gc.isenabled()}).encode() + b"\\n")
+    os.write(2, json.dumps({"event": "loop", "freezes": freezes, "collecting": gc.isenabled()}).encode() + b"\\n")
     return run(*args)
-cli.serve, anyio.run = counted_serve, counted_run
+cli.serve, anyio.run, gc.freeze = counted_serve, counted_run, counted_freeze
 sys.exit(cli.main([]))
 """
 
 
-def test_serve_collects_no_garbage_until_its_stdio_loop_starts(tmp_path: Path) -> None:
+def test_serve_imports_with_no_garbage_collection_then_freezes_what_it_imported(tmp_path: Path) -> None:
     finished = subprocess.run(
         [sys.executable, "-c", COLLECTIONS_BEFORE_SERVING], stdin=subprocess.DEVNULL, capture_output=True,
         text=True, cwd=tmp_path, env=clean_environ(), timeout=PROBE_SECONDS,
     )  # fmt: skip
     assert finished.returncode == 0, finished.stderr
     loop = next(json.loads(line) for line in finished.stderr.splitlines() if '"event": "loop"' in line)
-    assert loop["collections"] == 0 and loop["collecting"] is True
-    assert loop["frozen"] > 70_000  # the SDK's ~61,000 objects, then ours
+    (sdk_collections, sdk_frozen), (collections, frozen) = loop["freezes"]  # import_sdk's, then serve's
+    assert sdk_collections == collections == 0 and loop["collecting"] is True
+    assert frozen > sdk_frozen > 50_000  # the SDK's objects, then ours
 
 
 # As if a pydantic upgrade gave the field collector another parameter: the lever must step aside.
@@ -441,6 +448,7 @@ def test_deferred_fields_wait_for_their_first_reader_unless_creation_needs_them(
     deferred, ordinary = models_in(window=True), models_in(window=False)
     collected = sorted(name for name, model in deferred.items() if isinstance(vars(model)["__pydantic_fields__"], dict))
     assert collected == ["AnnotatedPrivate", "AssignedPrivate", "Box", "Plain"]  # read to create Child, Box[int]
+    assert deferred["WithClassVar"].__pydantic_extra_info__ is None  # read before the fields: it is collected too
     assert deferred["Child"].model_fields.keys() == {"name", "size", "note"}
     for name, model in ordinary.items():
         twin = deferred[name]
@@ -456,3 +464,49 @@ def test_deferred_fields_wait_for_their_first_reader_unless_creation_needs_them(
     with pytest.raises(AttributeError, match="ClassVar"):
         with_class_var.kind = "other"
     assert deferred["IntBox"](value="7").value == 7
+
+
+def test_deferred_fields_are_collected_once_while_another_thread_waits() -> None:
+    from pydantic import BaseModel
+
+    from skill_mcp.startup import _deferred_builds
+
+    def slowly(value: int) -> int:  # evaluated with the annotations, when the fields are collected
+        time.sleep(0.3)
+        return value
+
+    with _deferred_builds(set()):
+
+        class Slow(BaseModel):
+            size: int = 5
+            limit: Annotated[int, Field(ge=slowly(0))] = 1
+
+    readers = [threading.Thread(target=lambda: Slow.model_fields) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+        time.sleep(0.1)  # the second one reads while the first collects
+    for reader in readers:
+        reader.join()
+    # A second collection, racing the first, would find `size`'s default already taken off the class.
+    assert Slow().size == 5 and not Slow.model_fields["size"].is_required()
+
+
+def test_an_error_in_deferred_fields_is_raised_at_each_use_and_never_falls_back_to_the_parent() -> None:
+    from pydantic import BaseModel, PydanticUserError
+
+    from skill_mcp.startup import _deferred_builds
+
+    class Parent(BaseModel):
+        name: str
+
+    with _deferred_builds(set()):
+
+        class Broken(Parent):
+            size: int
+            unannotated = 3
+
+    for _ in range(2):
+        with pytest.raises(PydanticUserError, match="non-annotated attribute"):
+            Broken.model_fields
+    with pytest.raises(PydanticUserError):
+        Broken(name="a", size=1)
