@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated
+from typing import Annotated, Any
 
 import pytest
 from pydantic import Field
@@ -193,15 +193,16 @@ anyio.run(main)
 INVALID_RESULT = {"code": -32603, "message": "Handler returned an invalid result"}  # the SDK's own answer
 
 
-def probe(way: str) -> dict:
+def json_from(script: str, *args: str) -> Any:
+    """What `script`, run in a fresh interpreter, prints as JSON."""
     finished = subprocess.run(
-        [sys.executable, "-c", PROBE, way], capture_output=True, text=True, timeout=PROBE_SECONDS, check=True
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=PROBE_SECONDS, check=True
     )
     return json.loads(finished.stdout)
 
 
 def test_every_lever_takes_effect_and_everything_deferred_still_builds() -> None:
-    fast, ordinary = probe("fast"), probe("ordinary")
+    fast, ordinary = json_from(PROBE, "fast"), json_from(PROBE, "ordinary")
     assert fast["unavailable"] == []
     assert fast["loaded"] == []
     assert ordinary["loaded"] == ["mcp.client.client", "mcp.os.win32.utilities", "mcp.server.mcpserver"]
@@ -221,11 +222,7 @@ def test_every_lever_takes_effect_and_everything_deferred_still_builds() -> None
 
 
 def test_the_deferred_http_transport_still_works_when_called() -> None:
-    fast, ordinary = (
-        json.loads(subprocess.run([sys.executable, "-c", HTTP_APP, way], capture_output=True, text=True,
-                                  timeout=PROBE_SECONDS, check=True).stdout)
-        for way in ("fast", "ordinary")
-    )  # fmt: skip
+    fast, ordinary = json_from(HTTP_APP, "fast"), json_from(HTTP_APP, "ordinary")
     assert fast == ordinary and fast["isStarlette"] is True
     assert ["AuthenticationMiddleware", "AuthContextMiddleware"] == fast["middleware"]
     assert any(route[0] == "Route" and route[1] == "/mcp" for route in fast["routes"]), fast["routes"]
@@ -253,11 +250,7 @@ print(json.dumps(anyio.run(roundtrip)))
 
 
 def test_the_deferred_socket_layer_still_works_when_called() -> None:
-    fast, ordinary = (
-        json.loads(subprocess.run([sys.executable, "-c", UDP_ROUNDTRIP, way], capture_output=True, text=True,
-                                  timeout=PROBE_SECONDS, check=True).stdout)
-        for way in ("fast", "ordinary")
-    )  # fmt: skip
+    fast, ordinary = json_from(UDP_ROUNDTRIP, "fast"), json_from(UDP_ROUNDTRIP, "ordinary")
     assert fast == ordinary == ["ping", "127.0.0.1", True]
 
 
@@ -354,10 +347,7 @@ print(json.dumps([unavailable, isinstance(vars(mcp_types.Tool)["__pydantic_field
 
 
 def test_the_fields_lever_steps_aside_for_a_collector_it_does_not_know() -> None:
-    finished = subprocess.run(
-        [sys.executable, "-c", CHANGED_COLLECTOR], capture_output=True, text=True, timeout=PROBE_SECONDS, check=True
-    )
-    assert json.loads(finished.stdout) == [["deferred-fields"], True]
+    assert json_from(CHANGED_COLLECTOR) == [["deferred-fields"], True]
 
 
 def plugin_environ(tmp_path: Path) -> tuple[dict[str, str], Path]:
