@@ -14,10 +14,10 @@ from types import ModuleType
 from typing import Annotated, Any
 
 import pytest
-from pydantic import Field
+from pydantic import BaseModel, Field, PydanticUserError
 from wire import clean_environ, legacy_handshake, running
 
-from skill_mcp.startup import DEFERRED_MODULES, DEFERRED_REVISIONS
+from skill_mcp.startup import DEFERRED_MODULES, DEFERRED_REVISIONS, _deferred_builds
 
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -413,10 +413,6 @@ IntBox = Box[int]
 
 
 def models_in(window: bool) -> dict:
-    from pydantic import BaseModel
-
-    from skill_mcp.startup import _deferred_builds
-
     module = ModuleType("deferred_field_models" if window else "ordinary_models")
     sys.modules[module.__name__] = module  # a parametrized generic looks its module up
     try:
@@ -457,10 +453,6 @@ def test_deferred_fields_wait_for_their_first_reader_unless_creation_needs_them(
 
 
 def test_deferred_fields_are_collected_once_while_another_thread_waits() -> None:
-    from pydantic import BaseModel
-
-    from skill_mcp.startup import _deferred_builds
-
     def slowly(value: int) -> int:  # evaluated with the annotations, when the fields are collected
         time.sleep(0.3)
         return value
@@ -482,10 +474,6 @@ def test_deferred_fields_are_collected_once_while_another_thread_waits() -> None
 
 
 def test_an_error_in_deferred_fields_is_raised_at_each_use_and_never_falls_back_to_the_parent() -> None:
-    from pydantic import BaseModel, PydanticUserError
-
-    from skill_mcp.startup import _deferred_builds
-
     class Parent(BaseModel):
         name: str
 
