@@ -15,7 +15,8 @@ Six levers, confined to the one SDK import that `serve` makes; none touches the 
   otherwise be walked by ~170 collections during start-up and by every full collection after it.
 - deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette)
   and a Windows-only stdio helper, which a stdio server on Linux never calls, and both protocol revisions'
-  model sets, of which a session uses one; anyio's event loop imports its socket layer (and TLS) for UDP.
+  model sets, of which a session uses one; anyio's event loop imports its socket layer (and TLS) for UDP;
+  OpenTelemetry's propagators serve only requests that carry a `_meta` (a legacy session's seldom do).
   Each module in DEFERRED_MODULES and DEFERRED_REVISIONS is served, while the SDK imports, by a stand-in
   whose listed (for a revision: public) names are forwarders that import the real module when first used;
   any other name imports the real module at once. The stand-ins leave `sys.modules` when the import is done.
@@ -73,6 +74,9 @@ DEFERRED_MODULES = {
     "mcp.server.auth.routes": ("build_resource_metadata_url", "create_auth_routes", "create_protected_resource_routes"),
     "mcp.server.auth.settings": ("AuthSettings",),
     "mcp.os.win32.utilities": ("rebind_std_handle_to_fd",),  # called by the stdio transport on Windows only
+    "mcp.server._streamable_http_modern": ("handle_modern_request",),  # the HTTP transport's 2026-era entry
+    # W3C trace context, read from a request's `_meta` (2026-era requests carry one) and written into one
+    "opentelemetry.propagate": ("extract", "inject"),
     # pydantic's plugin search (which `serve` turns off) and its email-validator version check
     "importlib.metadata": ("entry_points", "version"),
     "anyio._core._sockets": ("convert_ipv6_sockaddr",),  # the asyncio backend's, for a UDP datagram's address

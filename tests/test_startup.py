@@ -129,16 +129,15 @@ app = Server("http").streamable_http_app(
 
 import anyio
 
-async def post_initialize():
-    # One real request through the transport, by ASGI: host check, Request, JSON-RPC, the SSE response.
+async def post(body, headers=()):
+    # One real request through the transport, by ASGI: host check, Request, JSON-RPC, the SSE or JSON answer.
     server = Server("http")
     plain = server.streamable_http_app()
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).encode()
+    body = json.dumps(body).encode()
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
              "path": "/mcp", "raw_path": b"/mcp", "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
              "server": ("127.0.0.1", 80), "headers": [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"),
-             (b"accept", b"application/json, text/event-stream"), (b"content-length", str(len(body)).encode())]}
+             (b"accept", b"application/json, text/event-stream"), (b"content-length", str(len(body)).encode()), *headers]}
     sent, messages = [], [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive():
@@ -152,16 +151,27 @@ async def post_initialize():
 
     async with server.session_manager.run():
         await plain(scope, receive, send)
-    text = b"".join(message.get("body", b"") for message in sent).decode()
-    return sent[0]["status"], '"protocolVersion":"2025-11-25"' in text
+    return sent[0]["status"], b"".join(message.get("body", b"") for message in sent).decode()
 
-status, initialized = anyio.run(post_initialize)
+async def post_both_eras():
+    status, text = await post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+    envelope = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {}}
+    modern_status, modern_text = await post(  # the 2026 era's own entry point
+        {"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": envelope}},
+        [(b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", b"server/discover")])
+    return [status, '"protocolVersion":"2025-11-25"' in text], [modern_status, '"supportedVersions"' in modern_text]
+
+initialize, discover = anyio.run(post_both_eras)
 print(json.dumps({
     "isStarlette": isinstance(app, Starlette),
     "routes": [[type(route).__name__, route.path, type(getattr(route, "app", None)).__name__] for route in app.routes],
     "middleware": [middleware.cls.__name__ for middleware in app.user_middleware],
     "defaults": [Server.streamable_http_app.__kwdefaults__ or {}, Server.streamable_http_app.__defaults__],
-    "initialize": [status, initialized],
+    "initialize": initialize,
+    "discover": discover,
 }, default=repr))
 """
 
@@ -226,7 +236,7 @@ def test_the_deferred_http_transport_still_works_when_called() -> None:
     assert fast == ordinary and fast["isStarlette"] is True
     assert ["AuthenticationMiddleware", "AuthContextMiddleware"] == fast["middleware"]
     assert any(route[0] == "Route" and route[1] == "/mcp" for route in fast["routes"]), fast["routes"]
-    assert fast["initialize"] == [200, True]
+    assert fast["initialize"] == fast["discover"] == [200, True]
 
 
 # One UDP datagram over loopback, through the asyncio backend's handler, which calls the deferred socket helper.
