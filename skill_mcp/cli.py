@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .startup import collection_paused
+from .startup import fast_imports
 from .version import VERSION
 
 if TYPE_CHECKING:
@@ -99,9 +99,10 @@ def serve() -> int:
     # nothing runs yet, and Python's defaults would leave a traceback (SIGINT) or a signal exit status.
     for each in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(each, lambda *_: os._exit(EXIT_OK))
-    # What start-up imports lives as long as the process, so it is imported with no collection, then frozen
-    # (startup.py, frozen-gc); discovery, after it, leaves garbage to collect.
-    with collection_paused():
+    # What start-up imports lives as long as the process, so it is imported with no collection, then frozen, and
+    # its dataclasses' methods compile at first call (startup.py: frozen-gc, deferred-methods); discovery, after
+    # it, leaves garbage to collect.
+    with fast_imports():
         # Hardening comes first, before any thread exists and before the environment is read.
         from . import hardening
 

@@ -1,6 +1,7 @@
 """Fast start: import the SDK's stdio server without paying at start for what a session never uses.
 
-Six levers, confined to the one SDK import that `serve` makes; none touches the installed files:
+Seven levers, confined to the one SDK import that `serve` makes (frozen-gc and deferred-methods to all of its
+imports); none touches the installed files:
 
 - skipped-inits: the packages `mcp` and `mcp.server` are registered without running their `__init__`, which
   import the whole client and the high-level server. The real `__init__` runs on the first access to a name.
@@ -13,6 +14,9 @@ Six levers, confined to the one SDK import that `serve` makes; none touches the 
 - frozen-gc: no garbage collection while the SDK imports (nor, in `serve`, while the rest of what it uses
   imports), then `gc.freeze()`: the ~70,000 objects alive by then live as long as the process, and would
   otherwise be walked by ~170 collections during start-up and by every full collection after it.
+- deferred-methods: Python 3.11 and 3.12 compile each method a dataclass generates with an `exec` of its own
+  (~40 µs each; the SDK and skill-mcp create 119 dataclasses, ~20 ms in all); all but `__init__` are compiled,
+  by the same function from the same source, when first called.
 - deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette)
   and a Windows-only stdio helper, which a stdio server on Linux never calls, and both protocol revisions'
   model sets, of which a session uses one; anyio's event loop imports its socket layer (and TLS) for UDP;
@@ -27,6 +31,7 @@ tests/test_startup.py asserts each lever's effect, so an upgrade that silently d
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import importlib
 import importlib.machinery
@@ -39,7 +44,15 @@ from functools import partial
 from types import ModuleType
 from typing import Any, Union
 
-LEVERS = ("skipped-inits", "deferred-models", "deferred-adapters", "deferred-fields", "frozen-gc", "deferred-modules")
+LEVERS = (
+    "skipped-inits",
+    "deferred-models",
+    "deferred-adapters",
+    "deferred-fields",
+    "frozen-gc",
+    "deferred-methods",
+    "deferred-modules",
+)
 SKIPPED_INITS = ("mcp", "mcp.server")  # parents first
 # Every SDK module skill_mcp imports, so that all of them are imported inside the window, and the event loop
 # backend that `anyio.run` imports.
@@ -91,7 +104,9 @@ def import_sdk() -> list[str]:
     if "mcp" in sys.modules or "mcp_types" in sys.modules:
         return []  # already imported the ordinary way (an in-process client, the tests): nothing left to save
     applied: set[str] = {"frozen-gc"}
-    with collection_paused(), _deferred_builds(applied), _deferred_modules(applied):
+    with fast_imports(), _deferred_builds(applied), _deferred_modules(applied):
+        if _methods_deferred() or not hasattr(dataclasses, "_create_fn"):  # 3.13 compiles a class's in one exec
+            applied.add("deferred-methods")
         registered = all(_register_without_init(name) for name in SKIPPED_INITS)
         for name in SDK_MODULES:
             importlib.import_module(name)
@@ -102,17 +117,66 @@ def import_sdk() -> list[str]:
 
 
 @contextmanager
-def collection_paused() -> Iterator[None]:
-    """No garbage collection while modules import (`serve` wraps all of its imports in this too): what they
-    build lives as long as the process, so it is then frozen out of every later collection."""
+def fast_imports() -> Iterator[None]:
+    """For modules that live as long as the process (`serve` wraps all of its imports in this): no garbage
+    collection while they import, then what they built is frozen out of every later collection (frozen-gc); and
+    their dataclasses' methods are compiled at first call (deferred-methods). Nests: an inner one changes nothing
+    but an early freeze."""
     collecting = gc.isenabled()
     gc.disable()
+    create_fn = getattr(dataclasses, "_create_fn", None)
+    code = getattr(create_fn, "__code__", None)
+    parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
+    defer = parameters == ("name", "args", "body", "globals", "locals", "return_type")  # 3.11 and 3.12's signature
+    if defer:
+        dataclasses._create_fn = partial(_compiled_on_first_call, create_fn)  # type: ignore[attr-defined]
     try:
         yield
     finally:
+        if defer:
+            dataclasses._create_fn = create_fn  # type: ignore[attr-defined]
         gc.freeze()
         if collecting:
             gc.enable()
+
+
+def _methods_deferred() -> bool:
+    return getattr(getattr(dataclasses, "_create_fn", None), "func", None) is _compiled_on_first_call
+
+
+# `_process_class` reads `inspect.signature(cls)`, which is `__init__`'s, to give a class without a docstring one.
+COMPILED_AT_ONCE = ("__init__",)
+
+
+def _compiled_on_first_call(create_fn: Callable[..., Any], name: str, args: Any, body: Any, **options: Any) -> Any:
+    """Stands for dataclasses' `_create_fn`: the method it returns compiles itself when first called, by `create_fn`
+    with the same arguments, and is then replaced by what that compiled in the class that holds it (`__repr__`'s
+    guard against recursion, which wraps it, keeps calling through it). Until its first call, `inspect.signature`
+    shows it as `(self, *arguments, **keywords)`."""
+    if name in COMPILED_AT_ONCE:
+        return create_fn(name, args, body, **options)
+    compiled = None
+
+    def method(self, *arguments, **keywords):  # type: ignore[no-untyped-def]  # unannotated, as the methods are
+        nonlocal compiled
+        if compiled is None:
+            compiled = create_fn(name, args, body, **options)
+            compiled.__qualname__ = method.__qualname__  # the class's, set when it was added to the class
+            for owner in type(self).__mro__:
+                held = vars(owner).get(name)
+                if held is method:
+                    type.__setattr__(owner, name, compiled)
+                    break
+                if getattr(held, "__wrapped__", None) is method:  # the wrapper still calls this, but shows that
+                    held.__wrapped__ = compiled
+                    break
+        return compiled(self, *arguments, **keywords)
+
+    # Named as `create_fn` names its functions; `_process_class` then names each after its class, but for the one
+    # that `__repr__`'s guard wraps.
+    method.__name__, method.__qualname__ = name, f"__create_fn__.<locals>.{name}"
+    method.__module__ = (options.get("globals") or {}).get("__name__")  # type: ignore[assignment]
+    return method
 
 
 def _register_without_init(name: str) -> bool:

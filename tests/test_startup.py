@@ -4,6 +4,7 @@ test process has imported the SDK the ordinary way already."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 from pydantic import BaseModel, Field, PydanticUserError
 from wire import clean_environ, legacy_handshake, running
 
-from skill_mcp.startup import DEFERRED_MODULES, DEFERRED_REVISIONS, _deferred_builds
+from skill_mcp.startup import DEFERRED_MODULES, DEFERRED_REVISIONS, _deferred_builds, fast_imports
 
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -29,8 +30,9 @@ PROBE_SECONDS = 60
 # Imports what `serve` imports (fast or the ordinary way), then reports what the levers left behind and
 # which SDK models and adapters are still unbuilt after each was used once.
 PROBE = """
-import gc, json, os, re, sys
+import dataclasses, gc, json, os, re, sys
 os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"  # as `serve` sets it
+create_fn = dataclasses._create_fn
 from pydantic import BaseModel, TypeAdapter
 from pydantic._internal import _config, _model_construction
 collect_fields = _model_construction.set_model_fields
@@ -46,6 +48,12 @@ else:
 collections = sum(generation["collections"] for generation in gc.get_stats()) - collections
 import skill_mcp.lifecycle, skill_mcp.run_tool, skill_mcp.server
 from mcp_types import methods
+def waiting(method):  # a dataclass method that compiles itself at its first call
+    method = getattr(method, "__wrapped__", method)  # __repr__'s guard against recursion
+    return method.__code__.co_filename == sys.modules["skill_mcp.startup"].__file__
+sdk_dataclasses = [value for name, module in list(sys.modules.items()) if name.split(".")[0] in ("mcp", "mcp_types", "anyio")
+                   for value in vars(module).values() if dataclasses.is_dataclass(value) and isinstance(value, type)
+                   and value.__module__ == name]
 revisions = [sorted(name for name in DEFERRED_REVISIONS if name in sys.modules)]
 methods.parse_client_request("tools/list", "2025-11-25", None)  # a legacy request, through its surface class
 revisions.append(sorted(name for name in DEFERRED_REVISIONS if name in sys.modules))
@@ -66,6 +74,11 @@ report = {
     "deferredFields": sum(not isinstance(vars(model)["__pydantic_fields__"], dict) for model in models),
     "deferredAdapters": sorted(name for name, adapter in adapters.items() if not adapter.pydantic_complete),
     "collections": collections,
+    "dataclasses": sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in sdk_dataclasses),
+    "waitingMethods": sorted({name for cls in sdk_dataclasses for name, method in vars(cls).items()
+                              if callable(method) and hasattr(method, "__code__") and waiting(method)}),
+    "compiledInits": all(not waiting(vars(cls)["__init__"]) for cls in sdk_dataclasses),
+    "createFnRestored": dataclasses._create_fn is create_fn,
     "frozen": gc.get_freeze_count(),
     "gcRestored": gc.isenabled(),
     "pydanticRestored": _config.config_defaults["defer_build"] is False and vars(TypeAdapter)["_defer_build"] is defer_property
@@ -221,6 +234,10 @@ def test_every_lever_takes_effect_and_everything_deferred_still_builds() -> None
     assert fast["shapes"] == {name: ordinary["shapes"][name] for name in fast["shapes"]}  # the client's models aside
     assert "mcp_types._types.server_result_adapter" in fast["deferredAdapters"] and ordinary["deferredAdapters"] == []
     assert fast["collections"] == 0 < 10 < ordinary["collections"]
+    assert 30 < len(fast["dataclasses"]) and set(fast["dataclasses"]) < set(ordinary["dataclasses"])
+    assert fast["compiledInits"] is fast["createFnRestored"] is True
+    assert fast["waitingMethods"] == ["__delattr__", "__eq__", "__hash__", "__repr__", "__setattr__"]
+    assert ordinary["waitingMethods"] == []
     assert fast["frozen"] > 50_000 and ordinary["frozen"] == 0
     assert fast["pydanticRestored"] is fast["gcRestored"] is True
     assert fast["unbuiltAfterUse"] == ordinary["unbuiltAfterUse"] == []
@@ -498,3 +515,144 @@ def test_an_error_in_deferred_fields_is_raised_at_each_use_and_never_falls_back_
             Broken.model_fields
     with pytest.raises(PydanticUserError):
         Broken(name="a", size=1)
+
+
+# Dataclasses of every kind whose methods the deferred-methods lever leaves to their first call.
+DEFERRED_METHOD_DATACLASSES = """
+from dataclasses import dataclass, field
+
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: int = 0
+
+@dataclass(order=True)
+class Version:
+    major: int
+    minor: int = field(default=0, compare=True)
+    label: str = field(default="", compare=False)
+
+@dataclass
+class Node:
+    name: str
+    children: list = field(default_factory=list)
+
+@dataclass(unsafe_hash=True)
+class Key:
+    value: str
+
+@dataclass(eq=False)
+class Handle:
+    number: int
+
+class Labelled(Point):  # not a dataclass: inherits every method
+    def label(self):
+        return f"{self!r}!"
+
+@dataclass(frozen=True)
+class Point3(Point):
+    z: int = 0
+"""
+
+
+def dataclasses_in(window: bool) -> dict[str, type]:
+    module = ModuleType("deferred_method_dataclasses" if window else "ordinary_dataclasses")
+    sys.modules[module.__name__] = module  # dataclasses look a string annotation's module up
+    try:
+        if window:
+            with fast_imports():
+                exec(DEFERRED_METHOD_DATACLASSES, vars(module))
+        else:
+            exec(DEFERRED_METHOD_DATACLASSES, vars(module))
+    finally:
+        del sys.modules[module.__name__]
+    return {name: value for name, value in vars(module).items() if isinstance(value, type) and name != "field"}
+
+
+def behaviour(classes: dict[str, type]) -> list:
+    """What each generated method does, in a form that compares across two copies of the same classes."""
+    Point, Version, Node, Key, Handle, Labelled, Point3 = (classes[name] for name in (  # noqa: N806
+        "Point", "Version", "Node", "Key", "Handle", "Labelled", "Point3"))
+    node = Node("root")
+    node.children.append(node)  # repr's guard against recursion
+    errors = []
+    for change in (lambda p: setattr(p, "x", 5), lambda p: delattr(p, "y"), lambda p: setattr(p, "new", 1)):
+        for point in (Point(1), Point3(1)):
+            try:
+                change(point)
+            except Exception as error:
+                errors.append(f"{type(error).__name__}: {error}")
+    handle = Handle(1)
+    return [
+        repr(Point(1, 2)), Point(1, 2) == Point(1, 2), Point(1, 2) != Point(1, 3), Point(1) == (1, 0),
+        hash(Point(1, 2)) == hash((1, 2)), errors,
+        repr(sorted([Version(2), Version(1, 5, "b"), Version(1, 5, "a")])), Version(1) < Version(1, 1) <= Version(1, 1),
+        Version(1, 1, "x") == Version(1, 1, "y"), Version(2) > Version(1) >= Version(1),
+        repr(node), node == Node("root", [node]),
+        hash(Key("a")) == hash(("a",)), Key("a") == Key("a"), repr(Key("a")),
+        handle == Handle(1), handle == handle, repr(handle),
+        Labelled(3).label(), Labelled(3) == Labelled(3), Labelled(3) == Point(3), hash(Labelled(3)) == hash((3, 0)),
+        repr(Point3(1, 2, 3)), Point3(1, 2, 3) == Point(1, 2), hash(Point3(1, 2, 3)) == hash((1, 2, 3)),
+        [(name, cls.__doc__) for name, cls in classes.items()],
+    ]
+
+
+def method_names(classes: dict[str, type]) -> dict[str, list]:
+    """Each generated method's names and signature, as its class holds it."""
+    return {
+        f"{name}.{attribute}": [
+            method.__name__, method.__qualname__, method.__module__.split("_")[0],
+            str(inspect.signature(method)),
+        ]
+        for name, cls in classes.items()
+        for attribute, method in vars(cls).items()
+        if callable(method) and attribute.startswith("__") and attribute != "__class__"
+    }
+
+
+def test_dataclass_methods_compile_at_their_first_call_and_behave_as_ever() -> None:
+    waiting, ordinary = dataclasses_in(window=True), dataclasses_in(window=False)
+    before, expected = method_names(waiting), method_names(ordinary)
+    assert list(inspect.signature(waiting["Point"].__eq__).parameters) == ["self", "arguments", "keywords"]
+    compiled_at_once = {key for key, names in before.items() if names[3] == expected[key][3]}
+    assert compiled_at_once == {f"{name}.__init__" for name in ("Point", "Version", "Node", "Key", "Handle", "Point3")}
+    assert {key: names[:3] for key, names in before.items()} == {key: [*names[:2], "deferred"] for key, names in expected.items()}
+    assert behaviour(waiting) == behaviour(ordinary)
+    # Once called, each method is the one Python compiles, named as ever, in its class; and still behaves so.
+    assert method_names(waiting) == {key: [*names[:2], "deferred", names[3]] for key, names in expected.items()}
+    assert behaviour(waiting) == behaviour(ordinary)
+    wrapped = [classes[name].__repr__.__wrapped__.__qualname__ for classes in (waiting, ordinary) for name in ("Point", "Node")]
+    assert wrapped == ["__create_fn__.<locals>.__repr__"] * 4  # inside the guard against recursion, which still wraps it
+
+
+# As if a Python upgrade gave dataclasses' method factory another parameter: the lever must step aside.
+CHANGED_METHOD_FACTORY = """
+import dataclasses, json, os
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+create_fn = dataclasses._create_fn
+def changed(name, args, body, *, globals=None, locals=None, return_type=dataclasses.MISSING, decorators=()):
+    return create_fn(name, args, body, globals=globals, locals=locals, return_type=return_type)
+dataclasses._create_fn = changed
+from skill_mcp.startup import import_sdk
+unavailable = import_sdk()
+from mcp.server.caching import CacheHint
+print(json.dumps([unavailable, CacheHint.__eq__.__qualname__, str(CacheHint() == CacheHint())]))
+"""
+
+
+def test_the_methods_lever_steps_aside_for_a_method_factory_it_does_not_know() -> None:
+    assert json_from(CHANGED_METHOD_FACTORY) == [["deferred-methods"], "CacheHint.__eq__", "True"]
+
+
+def test_fast_imports_nest_and_restore_what_they_replaced() -> None:
+    import dataclasses
+    import gc
+
+    create_fn, collecting = dataclasses._create_fn, gc.isenabled()
+    with fast_imports():
+        outer = dataclasses._create_fn
+        with fast_imports():
+            assert dataclasses._create_fn is outer and not gc.isenabled()
+        assert dataclasses._create_fn is outer is not create_fn and not gc.isenabled()
+    assert dataclasses._create_fn is create_fn and gc.isenabled() is collecting
+    gc.unfreeze()
