@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any, Union
 
 LEVERS = (
@@ -150,9 +150,9 @@ COMPILED_AT_ONCE = ("__init__",)
 
 def _compiled_on_first_call(create_fn: Callable[..., Any], name: str, args: Any, body: Any, **options: Any) -> Any:
     """Stands for dataclasses' `_create_fn`: the method it returns compiles itself when first called, by `create_fn`
-    with the same arguments, and is then replaced by what that compiled in the class that holds it (`__repr__`'s
-    guard against recursion, which wraps it, keeps calling through it). Until its first call, `inspect.signature`
-    shows it as `(self, *arguments, **keywords)`."""
+    with the same arguments, and is then replaced by what that compiled in the classes that hold it, or in the
+    wrapper around it. Until its first call, `inspect.signature` shows it as `(self, *arguments, **keywords)`,
+    `inspect.getsource` finds this function, and a reference taken to it then no longer pickles after it."""
     if name in COMPILED_AT_ONCE:
         return create_fn(name, args, body, **options)
     compiled = None
@@ -162,14 +162,13 @@ def _compiled_on_first_call(create_fn: Callable[..., Any], name: str, args: Any,
         if compiled is None:
             compiled = create_fn(name, args, body, **options)
             compiled.__qualname__ = method.__qualname__  # the class's, set when it was added to the class
-            for owner in type(self).__mro__:
-                held = vars(owner).get(name)
-                if held is method:
-                    type.__setattr__(owner, name, compiled)
-                    break
-                if getattr(held, "__wrapped__", None) is method:  # the wrapper still calls this, but shows that
-                    held.__wrapped__ = compiled
-                    break
+        # ... in every class of `self`'s that still holds this one (a subclass may, by `__hash__ = Base.__hash__`)
+        for owner in type(self).__mro__:
+            held = vars(owner).get(name)
+            if held is method:
+                type.__setattr__(owner, name, compiled)
+            elif isinstance(held, FunctionType) and getattr(held, "__wrapped__", None) is method:
+                _rewrap(held, method, compiled)
         return compiled(self, *arguments, **keywords)
 
     # Named as `create_fn` names its functions; `_process_class` then names each after its class, but for the one
@@ -177,6 +176,15 @@ def _compiled_on_first_call(create_fn: Callable[..., Any], name: str, args: Any,
     method.__name__, method.__qualname__ = name, f"__create_fn__.<locals>.{name}"
     method.__module__ = (options.get("globals") or {}).get("__name__")  # type: ignore[assignment]
     return method
+
+
+def _rewrap(wrapper: FunctionType, method: Callable[..., Any], compiled: Callable[..., Any]) -> None:
+    """Points a wrapper (`__repr__`'s guard against recursion) at `compiled` instead of `method`: what it shows and,
+    through the closure cell that held `method`, what it calls."""
+    wrapper.__wrapped__ = compiled  # type: ignore[attr-defined]
+    for cell in wrapper.__closure__ or ():
+        if cell.cell_contents is method:
+            cell.cell_contents = compiled
 
 
 def _register_without_init(name: str) -> bool:

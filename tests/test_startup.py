@@ -4,6 +4,7 @@ test process has imported the SDK the ordinary way already."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import subprocess
@@ -552,6 +553,9 @@ class Labelled(Point):  # not a dataclass: inherits every method
 @dataclass(frozen=True)
 class Point3(Point):
     z: int = 0
+
+class Hashed(Point):  # holds its parent's method too
+    __hash__ = Point.__hash__
 """
 
 
@@ -593,6 +597,7 @@ def behaviour(classes: dict[str, type]) -> list:
         handle == Handle(1), handle == handle, repr(handle),
         Labelled(3).label(), Labelled(3) == Labelled(3), Labelled(3) == Point(3), hash(Labelled(3)) == hash((3, 0)),
         repr(Point3(1, 2, 3)), Point3(1, 2, 3) == Point(1, 2), hash(Point3(1, 2, 3)) == hash((1, 2, 3)),
+        hash(classes["Hashed"](1, 2)) == hash((1, 2)),
         [(name, cls.__doc__) for name, cls in classes.items()],
     ]
 
@@ -623,6 +628,25 @@ def test_dataclass_methods_compile_at_their_first_call_and_behave_as_ever() -> N
     assert behaviour(waiting) == behaviour(ordinary)
     wrapped = [classes[name].__repr__.__wrapped__.__qualname__ for classes in (waiting, ordinary) for name in ("Point", "Node")]
     assert wrapped == ["__create_fn__.<locals>.__repr__"] * 4  # inside the guard against recursion, which still wraps it
+    # ... and calls it directly, with no frame in between (a nested repr reaches as deep as ever)
+    assert [cell.cell_contents for cell in waiting["Node"].__repr__.__closure__].count(waiting["Node"].__repr__.__wrapped__) == 1
+
+
+def is_waiting(method: Any) -> bool:
+    return method.__code__.co_filename == sys.modules["skill_mcp.startup"].__file__
+
+
+def test_a_dataclass_method_first_called_through_a_subclass_compiles_in_every_class_that_holds_it() -> None:
+    classes = dataclasses_in(window=True)
+    Point, Labelled, Hashed = classes["Point"], classes["Labelled"], classes["Hashed"]  # noqa: N806
+    assert is_waiting(Point.__hash__) and Hashed.__hash__ is Point.__hash__
+    assert Labelled(3) == Labelled(3) and hash(Hashed(3)) == hash((3, 0))
+    assert "__eq__" not in vars(Labelled) and not is_waiting(vars(Point)["__eq__"])
+    assert Hashed.__hash__ is Point.__hash__ and not is_waiting(Point.__hash__)
+    classes = dataclasses_in(window=True)  # the other way round: the method is compiled once, for both
+    assert hash(classes["Point"](3)) == hash(classes["Hashed"](3)) and classes["Hashed"].__hash__ is classes["Point"].__hash__
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'x'"):
+        Point.__setattr__(Point(1), name="x", value=2)  # arguments by keyword reach the method too
 
 
 # As if a Python upgrade gave dataclasses' method factory another parameter: the lever must step aside.
