@@ -23,6 +23,7 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from trees import resource_page
 
 _SCHEMA = {"type": "object", "properties": {}, "additionalProperties": True}
 TOOLS = [types.Tool(name=f"dummy_{n}", description=f"Dummy tool {n}.", input_schema=_SCHEMA) for n in range(4)]
@@ -34,22 +35,6 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text='{"ok":true}')])
-
-
-def resource_page(count: int) -> dict[str, Any]:
-    """One `resources/list` page of `count` resources shaped like skill-mcp's, as the plain dict it serves."""
-    paths = [f"references/d{n % 10}/f{n:04d}.md" for n in range(count)]
-    resources = [
-        {
-            "uri": f"skill://bench-00/{path}",
-            "name": f"bench-00/{path}",
-            "title": f"bench-00: {path}",
-            "mimeType": "text/markdown",
-            "size": 250,
-        }
-        for path in paths
-    ]
-    return {"resources": resources, "nextCursor": str(count)}
 
 
 async def main() -> None:

@@ -32,6 +32,7 @@ import trees  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 BARE = os.path.join(HERE, "bare_server.py")
+PIPE = os.path.join(HERE, "pipe_server.py")
 LEGACY, MODERN = "2025-11-25", "2026-07-28"
 MiB = 1048576
 
@@ -156,6 +157,9 @@ class Bench:
     def spawn_bare(self, *args: str) -> Proc:
         return Proc([self.python, BARE, *args], self.base_env, self.work, self.work)
 
+    def spawn_pipe(self) -> Proc:
+        return Proc([self.python, PIPE], self.base_env, self.work, self.work)
+
     def spawn_bare_levered(self) -> Proc:
         return Proc([self.python, BARE, "--levers"], {**self.base_env, "PYTHONPATH": self.src}, self.work, self.work)
 
@@ -269,10 +273,11 @@ def run_warm(
     bench: Bench, calls: int, warmup: int, wide100: str, big: str, order: str
 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
     bare, small, large = bench.spawn_bare(), bench.spawn_ours(wide100), bench.spawn_ours(big)
-    # The SDK's own cost of one 500-resource page, served from a prebuilt dict: the floor under ours.
-    floor = bench.spawn_bare("--resources", "500")
+    # The SDK's own cost of one 500-resource page, served from a prebuilt dict: the floor under ours; and the
+    # transport's, the same page as prebuilt bytes with no SDK.
+    floor, pipe = bench.spawn_bare("--resources", "500"), bench.spawn_pipe()
     try:
-        for proc in (bare, small, large, floor):
+        for proc in (bare, small, large, floor, pipe):
             proc.handshake()
             proc.request("tools/list")
         two = [trees.small_path(0), trees.small_path(11)]
@@ -292,6 +297,8 @@ def run_warm(
             "warm.skill_file.2small": lambda: small.call("skill_file", {"name": "bench-07", "paths": two})[1],
             "warm.resources_list.all_pages": resources,
             "warm.resources_list.bare_page": lambda: floor.request("resources/list")[1],
+            "warm.dummy.pipe": lambda: pipe.call("dummy_0", {})[1],
+            "warm.resources_list.pipe_page": lambda: pipe.request("resources/list")[1],
             "warm.skill_file.1MiB": lambda: large.call(
                 "skill_file", {"name": trees.BIG_SKILL, "paths": [trees.BIG_PATH]}
             )[1],
@@ -303,7 +310,7 @@ def run_warm(
         extra = {"resources": pages[-1], "resource_pages": page_count}
         return results, extra
     finally:
-        for proc in (bare, small, large, floor):
+        for proc in (bare, small, large, floor, pipe):
             proc.close()
 
 
@@ -478,6 +485,11 @@ def report(raw: dict[str, list[float]], extra: dict[str, Any]) -> dict[str, Any]
     print(
         f"  {'ours per page / that bare page':<52}{m['warm.resources_list.per_page'] / m['warm.resources_list.bare_page']:9.2f}x"
     )
+    line("no SDK: dummy answer, prebuilt bytes", "warm.dummy.pipe", None)
+    line("no SDK: the same page, prebuilt bytes", "warm.resources_list.pipe_page", None)
+    # What moving a page over the pipe adds to any call, whatever the server does before it writes.
+    m["warm.resources_list.transport_floor"] = dummy + m["warm.resources_list.pipe_page"] - m["warm.dummy.pipe"]
+    line("bare dummy + that page's transport (a floor)", "warm.resources_list.transport_floor", dummy)
 
     print("\nMemory (bytes from /proc/<pid>/status), medians")
     line("bare: idle VmRSS", "rss.idle.bare", None, "MiB")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 BIG_FILE_BYTES = 1048576  # exactly the per-file cap (SPEC §6.3): the largest read that succeeds
 SUBDIRS = 10
@@ -56,3 +57,19 @@ def build_big(root: str) -> str:
 
 
 BIG_SKILL, BIG_PATH = "bench-big", "assets/big.txt"
+
+
+def resource_page(count: int) -> dict[str, Any]:
+    """One `resources/list` page of `count` resources shaped like skill-mcp's, as the plain dict it serves."""
+    paths = [f"references/d{n % 10}/f{n:04d}.md" for n in range(count)]
+    resources = [
+        {
+            "uri": f"skill://bench-00/{path}",
+            "name": f"bench-00/{path}",
+            "title": f"bench-00: {path}",
+            "mimeType": "text/markdown",
+            "size": 250,
+        }
+        for path in paths
+    ]
+    return {"resources": resources, "nextCursor": str(count)}
