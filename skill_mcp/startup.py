@@ -15,7 +15,7 @@ imports); none touches the installed files:
   imports), then `gc.freeze()`: the ~70,000 objects alive by then live as long as the process, and would
   otherwise be walked by ~170 collections during start-up and by every full collection after it.
 - deferred-methods: Python 3.11 and 3.12 compile each method a dataclass generates with an `exec` of its own
-  (~40 µs each; the SDK and skill-mcp create 119 dataclasses, ~20 ms in all); all but `__init__` are compiled,
+  (~40 µs each; `serve`'s imports create 119 dataclasses, ~20 ms in all); all but `__init__` are compiled,
   by the same function from the same source, when first called.
 - deferred-modules: the low-level server imports its HTTP transport (streamable HTTP, SSE, OAuth, Starlette)
   and a Windows-only stdio helper, which a stdio server on Linux never calls, and both protocol revisions'
