@@ -162,7 +162,7 @@ def _compiled_on_first_call(create_fn: Callable[..., Any], name: str, args: Any,
         if compiled is None:
             compiled = create_fn(name, args, body, **options)
             compiled.__qualname__ = method.__qualname__  # the class's, set when it was added to the class
-        # ... in every class of `self`'s that still holds this one (a subclass may, by `__hash__ = Base.__hash__`)
+        # Replaced in every class of `self`'s MRO still holding it (a subclass may, by `__hash__ = Base.__hash__`)
         for owner in type(self).__mro__:
             held = vars(owner).get(name)
             if held is method:
