@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from skill_mcp.limits import MAX_PATH_CHARS
-from skill_mcp.text import quoted_path
+from skill_mcp.text import quoted, quoted_path
 
 PATH_HINT = (
     "Paths are relative to the skill's own directory: plain segments separated by \"/\", "
@@ -65,8 +65,8 @@ def is_within(path: str, base: str, strictly: bool = False) -> bool:
 
 
 def describe_refusal(rel: str, reason: str) -> str:
-    """The refusal message: the path quoted whole (`quoted_path`), then the reason."""
-    return f"path {quoted_path(rel)} is not usable: {reason}"
+    """The refusal message: the path JSON-quoted and cut to 120 characters (§6.1), then the reason."""
+    return f"path {quoted(rel)} is not usable: {reason}"
 
 
 class PathRefused(Exception):

@@ -30,6 +30,7 @@ from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
 from .version import VERSION
 
 _SDK_BARE_INVALID_PARAMS = "Invalid request parameters"
+EXTENSION_WORKERS = 4  # Skills-extension answers computed at once (each may hash 16 MiB per skill)
 BEFORE_THE_SESSION = (
     "the session has not begun: send initialize, then notifications/initialized, before any other request "
     "(on the 2026-07-28 protocol, every request carries the _meta envelope instead)"
@@ -204,6 +205,10 @@ def _register_skills_extension(
     """Declare the Skills extension (the SDK carries it on 2026-07-28 only) and answer its methods on both eras;
     `answer(method, compute)` applies the error convention: bad input -32602, anything else -32603."""
 
+    # Their own few worker threads: on anyio's shared pool, 40 answers hashing at once would leave the SDK none
+    # to read stdin or write stdout with, and the server would stop answering (and exit late at EOF).
+    workers = anyio.CapacityLimiter(EXTENSION_WORKERS)
+
     def handler(method: str, compute: Callable[[Any], dict[str, Any]]) -> Any:
         async def handle(ctx: Any, params: ExtensionParams | None) -> dict[str, Any]:
             given = {name: value for name in ("uri", "cursor") if (value := getattr(params, name, None)) is not None}
@@ -214,7 +219,7 @@ def _register_skills_extension(
                 return compute(given)
 
             # Off the event loop: one answer may hash 16 MiB per skill.
-            return await anyio.to_thread.run_sync(answer, method, checked)
+            return await anyio.to_thread.run_sync(answer, method, checked, limiter=workers)
 
         return handle
 

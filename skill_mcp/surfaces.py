@@ -114,7 +114,8 @@ def page_start(cursor: str | None, total: int, page_size: int) -> int:
     """Cursors are the decimal offset of a page boundary; anything else is unknown."""
     if cursor is None:
         return 0
-    if cursor.isascii() and cursor.isdigit() and cursor == str(int(cursor)):  # "²" is a digit to Python
+    # "²" is a digit to Python; a cursor longer than any offset is unknown before int() refuses its 4301 digits.
+    if cursor.isascii() and cursor.isdigit() and len(cursor) <= len(str(total)) and cursor == str(int(cursor)):
         start = int(cursor)
         if 0 < start < total and start % page_size == 0:
             return start
@@ -144,7 +145,7 @@ def split_skill_uri(uri: str) -> tuple[str, str]:
         raise BadRequest(f"{quoted_path(uri)} names no file; use skill://<skill>/<path> as listed by resources/list")
     try:
         rel = unquote_to_bytes(encoded).decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeError:  # bytes that are not UTF-8, or a lone surrogate that is no character at all
         raise BadRequest(f"{quoted_path(uri)} does not decode to a UTF-8 path") from None
     return name, rel
 

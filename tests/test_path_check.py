@@ -75,12 +75,15 @@ def test_refusal_message_and_hint():
 
 
 def test_refusal_message_cuts_long_paths_and_escapes_control_characters():
-    # Shown whole up to 4 × the longest usable path, so a refused path can be told from its neighbours.
-    assert describe_refusal("é" * 1025, "it is longer than 1024 characters") == (
-        'path "' + "é" * 1025 + '" is not usable: it is longer than 1024 characters'
+    # §6.1: the path is cut to 120 characters plus "…"; one of exactly 120 is shown whole.
+    assert describe_refusal("é" * 120 + "/..", 'it has a ".." segment') == (
+        'path "' + "é" * 120 + '…" is not usable: it has a ".." segment'
     )
-    assert describe_refusal("é" * 10**6, "it is longer than 1024 characters") == (
-        'path "' + "é" * 4096 + '…" is not usable: it is longer than 1024 characters'
+    assert describe_refusal("é" * 1025, "it is longer than 1024 characters") == (
+        'path "' + "é" * 120 + '…" is not usable: it is longer than 1024 characters'
+    )
+    assert describe_refusal("é" * 120, "it has a whitespace-only segment") == (
+        'path "' + "é" * 120 + '" is not usable: it has a whitespace-only segment'
     )
     assert describe_refusal("a\0b.png", "it contains a NUL byte") == (
         'path "a\\u0000b.png" is not usable: it contains a NUL byte'

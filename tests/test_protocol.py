@@ -593,11 +593,13 @@ async def test_an_unknown_cursor_is_invalid_params(root, era):
     write_skill(root, "alpha", files={f"f{index:04d}.txt": "x" for index in range(600)})
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         assert (await client.list_resources()).next_cursor is not None
-        for cursor in ["bogus", "999999", "601", "-500", "0500", "250", "1e3", "", "５００", "²"]:
+        # "1" * 5000 is past the digits Python converts to an int: still unknown, not an internal error.
+        for cursor in ["bogus", "999999", "601", "-500", "0500", "250", "1e3", "", "５００", "²", "1" * 5000, "5" + "0" * 4400]:
             with pytest.raises(MCPError) as raised:
                 await client.list_resources(cursor=cursor, cache_mode="bypass")
             assert raised.value.error.code == INVALID_PARAMS, cursor
-            assert raised.value.error.message == f"unknown cursor {json.dumps(cursor, ensure_ascii=False)}; start again without a cursor"
+            shown = cursor if len(cursor) <= 120 else cursor[:120] + "…"
+            assert raised.value.error.message == f"unknown cursor {json.dumps(shown, ensure_ascii=False)}; start again without a cursor"
         assert len((await client.list_resources(cache_mode="bypass")).resources) == 500
 
 
@@ -692,6 +694,16 @@ async def test_malformed_skill_uris_are_invalid_params(deployment, era, uri):
             await client.read_resource(uri, cache_mode="bypass")
         assert raised.value.error.code == INVALID_PARAMS
         assert "skill://" in raised.value.error.message or "UTF-8" in raised.value.error.message
+
+
+async def test_a_uri_holding_a_lone_surrogate_is_invalid_params(deployment):
+    # A lone surrogate decodes to no path at all. (The SDK's client refuses to send one on 2026-07-28, whose
+    # request headers must encode it, so the handshake era carries it here.)
+    async with connect(deployment, "legacy") as client:
+        with pytest.raises(MCPError) as raised:
+            await client.read_resource("skill://alpha/a\ud800b", cache_mode="bypass")
+    assert raised.value.error.code == INVALID_PARAMS
+    assert raised.value.error.message == '"skill://alpha/a\\ud800b" does not decode to a UTF-8 path'
 
 
 async def test_a_skill_directory_swapped_for_a_link_after_boot_serves_nothing(deployment, tree, tmp_path, era):

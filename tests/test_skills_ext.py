@@ -304,7 +304,7 @@ async def test_directory_pages_walk_every_child_exactly_once(tmp_path: Any, era:
 async def test_an_unknown_cursor_is_invalid_params(tmp_path: Any, era: str) -> None:
     plain_skill(str(tmp_path), "alpha")
     async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), era) as client:
-        for cursor in ("bogus", "16", "0", "-1"):
+        for cursor in ("bogus", "16", "0", "-1", "1" * 5000):
             assert (await refused(client, "skills/list", cursor=cursor)).error.code == types.INVALID_PARAMS
             error = await refused(client, "resources/directory/read", uri="skill://alpha", cursor=cursor)
             assert error.error.code == types.INVALID_PARAMS
@@ -412,6 +412,9 @@ async def test_anything_but_a_directory_resource_is_invalid_params(tmp_path: Any
             error = (await refused(client, "resources/directory/read", uri=uri)).error
             assert error.code == types.INVALID_PARAMS
             assert f'"{uri}" is not a directory resource' in error.message
+        # A lone surrogate decodes to no path at all: bad input too, not an internal error.
+        lone = (await refused(client, "resources/directory/read", uri="skill://alpha/a\ud800b")).error
+        assert lone.code == types.INVALID_PARAMS and "is not a directory resource" in lone.message
 
 
 @pytest.mark.parametrize("era", ERAS)

@@ -326,6 +326,24 @@ def test_eof_before_any_request_exits_zero(tree):
     assert [event["reason"] for event in client.log_events() if event["event"] == "shutdown"] == ["eof"]
 
 
+def test_busy_skills_extension_answers_leave_stdio_answering(root):
+    """60 skills/list at once, each hashing 16 skills x 16 MiB: the server still reads and answers a ping at
+    once, and still exits within 5 s of the end of input (on anyio's shared 40 threads, the hashing took them all)."""
+    for index in range(16):
+        write_skill(root, f"s{index:02d}")
+        with open(root / f"s{index:02d}" / "blob.bin", "wb") as blob:
+            blob.truncate(16 * 2**20 - 4096)
+    with running(MODULE, clean_environ(SKILLS_DIR=str(root))) as client:
+        legacy_handshake(client)
+        for index in range(60):
+            client.send_line(json.dumps({"jsonrpc": "2.0", "id": f"list-{index}", "method": "skills/list"}).encode())
+        assert client.request("ping")["result"] == {}
+        assert not [line for line in client.stdout_lines if b'"list-' in line], "a skills/list was answered first"
+        client.close_stdin()
+        assert client.wait() == 0
+    assert_stdout_is_only_json_rpc(client)
+
+
 def test_console_log_format_is_human_readable(tree):
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_LOG_FORMAT="console")) as client:
         legacy_handshake(client)
