@@ -21,6 +21,7 @@ from .limits import (
     AGENT_SKILLS_MAX_DESCRIPTION_CHARS,
     AGENT_SKILLS_NAME_RULE,
     INTERPRETERS,
+    MAX_FILE_BYTES,
     MAX_SKILL_MD_BYTES,
     is_agent_skills_name,
 )
@@ -150,7 +151,7 @@ def check_notes(deployment: Deployment) -> list[str]:
         if skill.body_truncated:
             notes.append(
                 f"{skill.name}: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
-                f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads it whole"
+                f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads up to {MAX_FILE_BYTES} bytes of it"
             )
         if skill.skipped_count:
             paths = ", ".join(quoted_path(path) for path in skill.skipped_paths)

@@ -6,6 +6,7 @@ The only module that walks directories. `discover` never raises; every failure b
 from __future__ import annotations
 
 import errno
+import heapq
 import os
 import stat
 from collections import deque
@@ -357,8 +358,9 @@ class _ManifestWalk:
         self.queue.append((real_dir, ""))
         while self.queue:
             directory, prefix = self.queue.popleft()
-            # Every entry is listed, walked or charged to a cap, so reading one more than the caps leave is enough
-            # to stop at one of them; a directory of millions of names is never read whole.
+            # Every entry is listed, walked or charged to a cap, so keeping the first names (sorted) one more than
+            # the caps leave is enough to stop at one of them; a directory of millions of names is read through
+            # once, and no more than those are held.
             room = self.unlisted_left + MAX_FILES_PER_SKILL - len(self.files) + MAX_DIRS_PER_SKILL - self.dirs_enqueued
             with _listing(directory, room + 1) as entries:
                 for entry in entries:
@@ -399,7 +401,11 @@ class _ManifestWalk:
                 f"{MAX_FILES_PER_SKILL}; the rest is not walked",
             )
             return True
-        self.files.append(ManifestEntry(rel, entry.stat(follow_symlinks=False).st_size))
+        try:
+            size = entry.stat(follow_symlinks=False).st_size
+        except OSError:  # gone since the listing, or in a directory this uid cannot search: nothing to read
+            return self._unlisted()
+        self.files.append(ManifestEntry(rel, size))
         return False
 
     def _unlisted(self) -> bool:
@@ -432,7 +438,7 @@ class _ManifestWalk:
 
 @contextmanager
 def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]]]:
-    """Up to `at_most` entries of `directory`, sorted by name, read through a descriptor checked to be this very
+    """The first `at_most` entries of `directory` by name, sorted, read through a descriptor checked to be this very
     directory: one swapped for a link mid-walk (at boot, by a process of this uid) cannot put the names and sizes
     of an outside directory in the manifest. Entries are stat'ed through that descriptor, so it stays open while
     they are used. A directory that cannot be opened or listed lists nothing."""
@@ -443,7 +449,7 @@ def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]]]:
     try:
         try:
             with os.scandir(fd) as listing:
-                entries = sorted(islice(listing, at_most), key=lambda entry: entry.name)
+                entries = heapq.nsmallest(at_most, listing, key=lambda entry: entry.name)
         except OSError:
             entries = []
         yield entries

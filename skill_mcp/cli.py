@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .startup import fast_imports
 from .version import VERSION
@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _keep_stderr_apart_from_stdout()
     args = sys.argv[1:] if argv is None else list(argv)
     if args in ([], ["serve"]):
         return serve()  # every client's spawn: no parser to build (argparse and gettext cost ~2 ms)
@@ -85,6 +86,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     return authoring.list_deployment(tuple(options.roots), as_json=options.json, egress=options.egress)
 
 
+class _StderrOrNothing:
+    """sys.stderr, which a log line can no longer stop the server through: when its reader has gone (EPIPE), fd 2
+    becomes /dev/null and the line is dropped, where the error would end `serve` before it answers anything."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            self._drop_from_now_on()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self._drop_from_now_on()
+
+    def _drop_from_now_on(self) -> None:
+        # What the stream still buffers is then written to /dev/null, so its flush at exit fails no more.
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, …
+        return getattr(self._stream, name)
+
+
+def _keep_stderr_apart_from_stdout() -> None:
+    """Logs and notes go to stderr only (§5.1: stdout is the protocol). Started with fd 2 closed, Python has no
+    sys.stderr, and print() and structlog would both write to stdout instead: /dev/null stands in for it."""
+    if sys.stderr is None:
+        null = os.open(os.devnull, os.O_WRONLY)  # fd 2 itself, unless something opened since holds it
+        sys.stderr = open(null, "w", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+    if not isinstance(sys.stderr, _StderrOrNothing):
+        sys.stderr = _StderrOrNothing(sys.stderr)
+
+
 def _roots_given_to_serve(args: list[str]) -> list[str]:
     """Directories a user passed to `serve` (`skill-mcp serve ./skills`, `skill-mcp ./skills`), expecting them served;
     anything else is left to the parser (a typo, `--help`)."""
@@ -107,6 +148,7 @@ def serve() -> int:
         from . import hardening
 
         scrub = hardening.scrub_environ()
+        environ = dict(os.environ)  # the operator's: what the server sets for itself below is never a script's
         non_dumpable = hardening.make_non_dumpable()
         from .files import keep_read_buffers_on_heap
 
@@ -127,7 +169,7 @@ def serve() -> int:
         from .run_tool import RunService
         from .server import build_server
 
-    deployment, warnings = build_deployment(os.environ, scrub=scrub, non_dumpable=non_dumpable)
+    deployment, warnings = build_deployment(environ, scrub=scrub, non_dumpable=non_dumpable)
     configure_logging(deployment.config.log_level, deployment.config.log_format)
     log = get_logger()
     log_boot(log, deployment, warnings, scrub, unavailable_levers)

@@ -195,7 +195,7 @@ class _Constructor(SafeConstructor):
         # makes two keys collide that YAML and JSON keep apart.
         if key not in mapping:
             return True
-        earlier = next(each for each in mapping if each == key)
+        earlier = next(each for each in mapping if each is key or each == key)  # NaN: the same object, never equal
         if type(earlier) is type(key):
             problem = f"found duplicate key {quoted(json_key(key))}"
         else:

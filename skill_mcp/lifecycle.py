@@ -3,6 +3,7 @@ it answered, and an exit within 5 s whatever the client does with its end of the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -15,7 +16,11 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.shared.dispatcher import as_request_id, coerce_request_id
+from mcp.shared.message import SessionMessage
 from mcp_types import RequestId
+from pydantic import ValidationError
+
+from .logs import get_logger
 
 ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
 EXIT_DEADLINE_SECONDS = 4.5
@@ -57,7 +62,7 @@ async def serve_stdio(
         try:
             async with stdio_server() as (read_stream, write_stream):
                 unanswered = _Unanswered()
-                messages = _WatchedInput(read_stream, unanswered, input_ended)
+                messages = _WatchedInput(read_stream, unanswered, input_ended, write_stream)
                 answers = _WatchedOutput(write_stream, unanswered)
                 await server.run(messages, answers, server.create_initialization_options())  # type: ignore[arg-type]
         except* BrokenPipeError:
@@ -144,24 +149,84 @@ class _Watched:
 
 
 class _WatchedInput(_Watched):
-    """Notes each request read; at the end of input, runs the callback and then the drain."""
+    """Notes each request read; at the end of input, runs the callback and then the drain. A line the SDK could
+    not read as a message, which it would drop unanswered, is logged, and answered when it names a request id."""
 
-    def __init__(self, stream: Any, unanswered: _Unanswered, on_end: Callable[[], None]) -> None:
+    def __init__(self, stream: Any, unanswered: _Unanswered, on_end: Callable[[], None], answers: Any) -> None:
         super().__init__(stream, unanswered)
-        self._on_end = on_end
+        self._on_end, self._answers = on_end, answers
 
     def __aiter__(self) -> _WatchedInput:
         return self
 
     async def __anext__(self) -> Any:
-        try:
-            item = await self._stream.__anext__()
-        except StopAsyncIteration:
-            self._on_end()
-            await self._unanswered.drain()
-            raise
-        self._unanswered.read(item)
-        return item
+        while True:
+            try:
+                item = await self._stream.__anext__()
+            except StopAsyncIteration:
+                self._on_end()
+                await self._unanswered.drain()
+                raise
+            if not isinstance(item, Exception):
+                self._unanswered.read(item)
+                return item
+            await self._refuse(item)
+
+    async def _refuse(self, error: Exception) -> None:
+        request_id, refusal = unreadable_request(error)
+        get_logger().warning("message.unreadable", requestId=request_id, problem=refusal.message)
+        if request_id is not None:  # a client waiting on this id would otherwise wait forever
+            await self._answers.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=refusal)))
+
+
+def unreadable_request(error: Exception) -> tuple[RequestId | None, types.ErrorData]:
+    """What was wrong with a line the SDK's stdio reader refused (`error`, its pydantic error): the id of the
+    request it was, when one can be read, and the JSON-RPC error that says why."""
+    message: Any = None
+    details = error.errors(include_url=False) if isinstance(error, ValidationError) else []
+    for detail in details:
+        if detail["type"] == "json_invalid":
+            try:  # Python's parser takes some of what pydantic's refuses, enough to read the request's id
+                message = json.loads(detail["input"])
+            except (TypeError, ValueError):
+                return None, types.ErrorData(code=types.PARSE_ERROR, message=f"the line is not JSON: {detail['msg']}")
+            refusal = types.ErrorData(code=types.PARSE_ERROR, message=f"the message is not strict JSON: {_why_not_strict(message, detail['msg'])}")
+            break
+        if isinstance(detail.get("input"), dict):  # the message itself, as one of the four shapes saw it
+            message = detail["input"]
+            refusal = _invalid_request(message)
+            break
+    else:
+        return None, types.ErrorData(code=types.INVALID_REQUEST, message="the line is not a JSON-RPC 2.0 message")
+    request_id = as_request_id(message.get("id")) if isinstance(message, dict) and "method" in message else None
+    if isinstance(request_id, str) and _why_not_strict(request_id, "") != "":
+        request_id = None  # an id no answer could carry back
+    return request_id, refusal
+
+
+def _why_not_strict(message: Any, parser_said: str) -> str:
+    try:
+        json.dumps(message, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "a string in it holds a lone surrogate escape (\\ud800-\\udfff), which is no character"
+    return parser_said
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def _invalid_request(message: dict[str, Any]) -> types.ErrorData:
+    if "method" not in message:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="the message is neither a valid request nor a response")
+    if message.get("jsonrpc") != "2.0":
+        return types.ErrorData(code=types.INVALID_REQUEST, message='invalid request: "jsonrpc" must be "2.0"')
+    if not isinstance(message["method"], str):
+        return types.ErrorData(code=types.INVALID_REQUEST, message='invalid request: "method" must be a string')
+    if not isinstance(message.get("params", {}), dict):
+        kind = _JSON_KINDS.get(type(message["params"]), "no object")
+        text = f'invalid params: "params" must be an object, whose members name the parameters, not {kind}'
+        return types.ErrorData(code=types.INVALID_PARAMS, message=text)
+    return types.ErrorData(code=types.INVALID_REQUEST, message="invalid request: it is not a JSON-RPC 2.0 request")
 
 
 class _WatchedOutput(_Watched):

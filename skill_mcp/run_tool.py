@@ -492,7 +492,15 @@ def _decision(answer: Any) -> str:
 
 
 def _arg_bytes(args: tuple[str, ...]) -> int:
-    return sum(len(arg.encode("utf-8", "surrogatepass")) for arg in args)
+    return sum(len(arg.encode("utf-8")) for arg in args)  # after _check_arguments: every one encodes
+
+
+def _is_unicode_text(arg: str) -> bool:
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no character, so no bytes the preview could have shown
+        return False
+    return True
 
 
 def _preview_json(value: dict[str, Any]) -> str:
@@ -510,6 +518,10 @@ def _check_arguments(args: tuple[str, ...]) -> None:
         raise Refused("bad-arguments", f"too many arguments: {len(args)}, the cap is {MAX_ARGS}", hint)
     if any("\0" in arg for arg in args):
         raise Refused("bad-arguments", "an argument contains a NUL byte", "Arguments are C strings; remove the NUL.")
+    if not all(map(_is_unicode_text, args)):
+        raise Refused(
+            "bad-arguments", "an argument is not Unicode text: it holds a lone surrogate", "Pass arguments as text."
+        )
     total = _arg_bytes(args)
     if total > MAX_ARG_BYTES:
         raise Refused("bad-arguments", f"arguments total {total} bytes, over the {MAX_ARG_BYTES}-byte cap", hint)

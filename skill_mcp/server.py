@@ -7,6 +7,7 @@ the handlers' plain values, and keeps every exception off the wire.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import replace
@@ -31,6 +32,7 @@ from .version import VERSION
 
 _SDK_BARE_INVALID_PARAMS = "Invalid request parameters"
 EXTENSION_WORKERS = 4  # Skills-extension answers computed at once (each may hash 16 MiB per skill)
+RESOURCE_PAGES_KEPT = 32  # resources/list pages kept built: 16,000 resources, about 8 MiB
 BEFORE_THE_SESSION = (
     "the session has not begun: send initialize, then notifications/initialized, before any other request "
     "(on the 2026-07-28 protocol, every request carries the _meta envelope instead)"
@@ -84,6 +86,10 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         if arguments is None:
             arguments = params.arguments or {}
         if (violation := schema_violation(name, arguments)) is not None:
+            if name == "skill_run":  # §9.1 step 1: a run refused, logged as the later steps' refusals are
+                fields = arguments if isinstance(arguments, dict) else {}
+                named = {key: value if isinstance(value, str) else None for key in ("name", "script") for value in [fields.get(key)]}
+                log.warning("run.refused", skill=named["name"], script=named["script"], reason="bad-arguments")
             return text_result(violation, is_error=True)
         try:
             if name == "skill_run":
@@ -107,17 +113,17 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
         return types.GetPromptResult.model_validate(answer("prompts/get", lambda: surfaces.prompt(deployment, params.name)))
 
-    # The listing comes from the boot-time manifest, so each page is built, validated and dumped once; a plain
-    # dict spares the SDK a model dump per request, and it still validates every answer on its way out.
-    resource_pages: dict[str | None, dict[str, Any]] = {}
+    # The listing comes from the boot-time manifest, so a page is built, validated and dumped once while it is
+    # among the last RESOURCE_PAGES_KEPT asked for (a few MiB, where every page of a huge catalog could take GiBs);
+    # a plain dict spares the SDK a model dump per request, and it still validates every answer on its way out.
+    @functools.lru_cache(maxsize=RESOURCE_PAGES_KEPT)
+    def resource_page(cursor: str | None) -> dict[str, Any]:
+        page, next_cursor = answer("resources/list", lambda: surfaces.resources_page(deployment, cursor))
+        result = types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
-        cursor = params.cursor if params else None
-        if cursor not in resource_pages:
-            page, next_cursor = answer("resources/list", lambda: surfaces.resources_page(deployment, cursor))
-            result = types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
-            resource_pages[cursor] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        return resource_pages[cursor]
+        return resource_page(params.cursor if params else None)
 
     async def list_templates(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None

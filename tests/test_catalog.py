@@ -309,6 +309,17 @@ def test_skills_linking_to_the_root_reports_the_root_entries_once(tmp_path, root
     assert reasons(catalog) == [(str(root / "evil"), "symlink-escape"), (str(root / "foo"), "name-mismatch")]
 
 
+def test_problems_under_a_linked_root_are_reported_at_the_paths_as_configured(tmp_path, root):
+    # §3.3: at the entry path, unresolved: under the link the operator configured, not the root's real path.
+    make_skill(root, "bar")
+    (root / "foo").symlink_to("bar")
+    (root / "evil").symlink_to(tmp_path)
+    configured = tmp_path / "configured"
+    configured.symlink_to(root)
+    catalog = discover([str(configured)], 32)
+    assert reasons(catalog) == [(str(configured / "evil"), "symlink-escape"), (str(configured / "foo"), "name-mismatch")]
+
+
 def test_only_the_root_level_skills_entry_is_quiet(root):
     # §3.3: the quiet rule is for the ROOT-level entry named `skills`; skills/skills is an ordinary entry.
     (root / "skills").mkdir()
@@ -588,6 +599,19 @@ def test_an_unsearchable_skill_directory_is_unreadable_not_missing_its_skill_md(
     assert "could not be stat'd: Permission denied" in catalog.problems[0].detail
 
 
+def test_a_file_this_uid_cannot_stat_is_not_listed_and_its_skill_is_still_served():
+    # A directory it may read but not search (0644) lists names it cannot stat: those are skipped, as a file
+    # removed between the listing and the stat is, rather than losing the whole skill to an unexpected failure.
+    root = world_readable_dir()
+    skill_dir = make_skill(root, "partly", files={"open.md": "x", "locked/inside.md": "y"})
+    (skill_dir / "locked").chmod(0o644)
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert [entry.path for entry in served(catalog, "partly").manifest] == ["SKILL.md", "open.md"]
+
+
 def test_an_unexpected_failure_costs_one_skill_and_its_detail_quotes_nothing_read(root, monkeypatch):
     # No real input reaches this branch (that is what makes it unexpected), so the fault is injected.
     make_skill(root, "alpha")
@@ -775,9 +799,11 @@ def test_the_unlisted_budget_spans_the_whole_skill_not_one_directory(root):
 
 
 def test_a_directory_of_more_files_than_every_budget_still_lists_the_first_2000(root):
-    # Files count against the file cap, not the unlisted budget: a directory this large lists its first 2000.
+    # Files count against the file cap, not the unlisted budget: a directory this large lists its first 2000 by
+    # name, whatever order the filesystem lists them in (tmpfs: newest first; ext4: by hash), though it holds more
+    # names than the walk keeps from one directory.
     skill_dir = make_skill(root, "huge")
-    for index in range(MAX_UNLISTED_ENTRIES + 1000):
+    for index in range(MAX_UNLISTED_ENTRIES + MAX_FILES_PER_SKILL + MAX_DIRS_PER_SKILL + 1000):
         (skill_dir / f"f{index:05d}.txt").touch()
     catalog = discover([str(root)], 32)
     manifest = [entry.path for entry in served(catalog, "huge").manifest]
@@ -785,12 +811,12 @@ def test_a_directory_of_more_files_than_every_budget_still_lists_the_first_2000(
     assert "more than 2000 files" in only_problem(catalog, "file-limit").detail
 
 
-def test_a_listing_reads_at_most_what_it_is_asked_for_and_closes_its_descriptor(tmp_path):
-    for index in range(10):
+def test_a_listing_keeps_the_first_names_it_is_asked_for_and_closes_its_descriptor(tmp_path):
+    for index in reversed(range(10)):
         (tmp_path / f"f{index}").write_text("x")
     before = len(os.listdir("/proc/self/fd"))
     with catalog_module._listing(str(tmp_path), 3) as entries:
-        assert len(entries) == 3
+        assert [entry.name for entry in entries] == ["f0", "f1", "f2"]
     assert len(os.listdir("/proc/self/fd")) == before
 
 

@@ -17,7 +17,7 @@ from mcp.client.stdio import StdioServerParameters
 from support import payload
 
 from skill_mcp.config import BUNDLED_ROOT
-from skill_mcp.limits import MAX_SKILL_MD_BYTES
+from skill_mcp.limits import MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
 
 SKILL_MCP = os.path.join(os.path.dirname(sys.executable), "skill-mcp")
 ENTRY_POINTS = {"script": [SKILL_MCP], "module": [sys.executable, "-m", "skill_mcp"]}
@@ -192,7 +192,7 @@ def test_check_notes_what_clients_will_not_see_of_a_skill(root: Path, elsewhere:
     first_eight = ", ".join(f'"link{index}"' for index in range(8))
     assert stderr.splitlines() == [
         f"skill-mcp: note: big: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
-        f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads it whole",
+        f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads up to {MAX_FILE_BYTES} bytes of it",
         f"skill-mcp: note: big: 10 symbolic link(s) or special file(s) are not listed, so clients are not offered "
         f"them: {first_eight}, …; skill_file reads a link by its path only while it resolves inside the skill",
     ]

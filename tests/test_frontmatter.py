@@ -87,6 +87,8 @@ def test_empty_block_is_not_a_mapping():
 def test_block_over_65536_bytes():
     raw = "a: " + "é" * 32767 + "\n"  # 3 + 65534 + 1 bytes
     assert error_of(f"---\n{raw}---\n") == "the SKILL.md frontmatter block is 65538 bytes, over the 65536-byte cap"
+    one_over = "a: " + "x" * 65533 + "\n"
+    assert error_of(f"---\n{one_over}---\n") == "the SKILL.md frontmatter block is 65537 bytes, over the 65536-byte cap"
 
 
 def test_block_of_exactly_65536_bytes_is_read():
@@ -173,6 +175,10 @@ def test_duplicate_keys_are_refused_without_their_values():
     assert error_of("---\n1: a\ntrue: b\n---\n") == (
         "SKILL.md frontmatter is not valid YAML: while constructing a mapping, "
         "the keys 1 and true are one key to this parser; rename one (line 3, column 1)"
+    )
+    # every .nan is the same float to the parser, and NaN equals nothing, not even itself
+    assert error_of("---\nm:\n  .nan: a\n  .NaN: b\n---\n").startswith(
+        "SKILL.md frontmatter is not valid YAML: while constructing a mapping, found duplicate key"
     )
 
 

@@ -240,6 +240,22 @@ def test_a_refused_prctl_raises_with_its_errno() -> None:
     assert refused.value.errno == errno.EINVAL
 
 
+@linux_only
+def test_non_dumpable_counts_only_when_the_kernel_reads_it_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A set the kernel accepts but does not keep (the get still says 1) is reported, never taken as done.
+    from skill_mcp import hardening
+
+    calls: list[tuple[int, int]] = []
+
+    def kept_dumpable(option: int, arg: int = 0) -> int:
+        calls.append((option, arg))
+        return 1 if option == hardening.PR_GET_DUMPABLE else 0
+
+    monkeypatch.setattr(hardening, "_prctl", kept_dumpable)
+    assert hardening.make_non_dumpable() is False
+    assert calls == [(hardening.PR_SET_DUMPABLE, 0), (hardening.PR_GET_DUMPABLE, 0)]
+
+
 # --- the real thing, in driver processes --------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+import mcp_types as types
 import pytest
 import structlog.testing
 from mcp.client import Client
@@ -21,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from support import ERAS, connect, deployment_for, error_text, payload, write_skill
 
+from skill_mcp import server as server_module
 from skill_mcp import surfaces, tools
 from skill_mcp.model import Declaration, ManifestEntry, Skill
 from skill_mcp.run_tool import RunService
@@ -587,6 +589,20 @@ async def test_serving_a_cached_resource_page_leaves_the_cache_unchanged(root):
                 assert wire(served)["resources"] == before["resources"]
     assert await list_resources(None, None) is page
     assert page == before
+
+
+async def test_only_the_last_resource_pages_asked_for_stay_built(root, monkeypatch):
+    # Every page of a huge catalog kept built could take GiBs; the last few asked for are kept (§1.2: bounded).
+    monkeypatch.setattr(server_module, "RESOURCE_PAGES_KEPT", 2)
+    write_skill(root, "alpha", files={f"f{index:04d}.txt": "x" for index in range(1100)})  # three pages
+    deployment = deployment_for({"SKILLS_DIR": str(root)})
+    list_resources = build_server(deployment, RunService(deployment).call).get_request_handler("resources/list").handler
+    first = await list_resources(None, None)
+    assert await list_resources(None, None) is first
+    for cursor in ("500", "1000"):
+        await list_resources(None, types.PaginatedRequestParams(cursor=cursor))
+    rebuilt = await list_resources(None, None)
+    assert rebuilt is not first and rebuilt == first
 
 
 async def test_an_unknown_cursor_is_invalid_params(root, era):

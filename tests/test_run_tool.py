@@ -391,6 +391,7 @@ async def test_arguments_arrive_verbatim_without_a_shell(fence: Fence, era: str)
 ARG_CAPS = {
     "65 args": (["a"] * 65, 'invalid arguments for skill_run: "args" must have at most 64 items (got 65)'),
     "NUL": (["ok", "a\0b"], "an argument contains a NUL byte\n\nHint: Arguments are C strings; remove the NUL."),
+    "lone surrogate": (["ok", "a\ud800b"], "an argument is not Unicode text: it holds a lone surrogate\n\nHint: Pass arguments as text."),
     "8193 bytes": (["x" * 4096, "é" * 2048 + "y"], f"arguments total 8193 bytes, over the 8192-byte cap\n\nHint: {ARGS_HINT}"),
 }
 
@@ -409,8 +410,23 @@ async def test_argument_caps_refuse_before_any_preview_or_token(fence: Fence, er
             asked = await client.call_tool("skill_run", call(args=args))
     assert [error_text(r) for r in (plain, with_token, asked)] == [expected] * 3
     assert asker.questions == []
-    assert [e["event"] for e in events(logs)] == ([] if case == "65 args" else ["run.refused"] * 3)
-    assert all(e["reason"] == "bad-arguments" for e in events(logs))
+    assert [(e["event"], e["reason"], e["skill"], e["script"]) for e in events(logs)] == (
+        [("run.refused", "bad-arguments", call()["name"], call()["script"])] * 3
+    )
+    assert fence.runs() == []
+
+
+async def test_arguments_the_schema_refuses_are_a_logged_run_refusal_naming_only_strings(fence: Fence) -> None:
+    service = fence.service()
+    with capture_logs() as logs:
+        async with connect(service.deployment, "legacy", service.call) as client:
+            missing = await client.call_tool("skill_run", {"name": "fence"})
+            typed = await client.call_tool("skill_run", {"name": 5, "script": "scripts/mark.py", "extra": True})
+    assert missing.is_error and typed.is_error
+    assert [(e["event"], e["reason"], e["skill"], e["script"]) for e in events(logs)] == [
+        ("run.refused", "bad-arguments", "fence", None),
+        ("run.refused", "bad-arguments", None, "scripts/mark.py"),
+    ]
     assert fence.runs() == []
 
 
@@ -755,6 +771,20 @@ async def test_path2_state_is_single_use_bound_and_unforgeable(fence: Fence) -> 
         clock[0] += 600_000
         again = await ask(client, call(), input_responses={"confirm": ACCEPT}, request_state=late)
         assert_asked(again, fence)
+    assert fence.runs() == [["mark"]]
+
+
+async def test_path2_state_expires_at_the_configured_ttl(fence: Fence) -> None:
+    clock = [NOW_MS]
+    service = fence.service(clock, MCP_CONFIRM_TTL_SECONDS="1")
+    async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as client:
+        late = assert_asked(await ask(client, call()), fence)
+        clock[0] += 1000
+        timely = assert_asked(await ask(client, call(), input_responses={"confirm": ACCEPT}, request_state=late), fence)
+        assert fence.runs() == []
+        clock[0] += 999
+        ran = await ask(client, call(), input_responses={"confirm": ACCEPT}, request_state=timely)
+    assert stdout_of(payload(ran))["argv"] == []
     assert fence.runs() == [["mark"]]
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -124,6 +125,85 @@ def test_garbage_lines_do_not_stop_the_server(tree):
         client.close_stdin()
         assert client.wait() == 0
     assert_stdout_is_only_json_rpc(client)
+
+
+HANDSHAKE_LINES = b"".join(
+    json.dumps(message).encode() + b"\n"
+    for message in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "skill_list", "arguments": {}}},
+    )
+)  # fmt: skip
+
+
+def answers_of(stdout: bytes) -> dict[int, dict]:
+    messages = [json.loads(line) for line in stdout.splitlines()]
+    assert all(message["jsonrpc"] == "2.0" and "id" in message for message in messages), messages
+    return {message["id"]: message for message in messages}
+
+
+def test_with_stderr_closed_logs_go_nowhere_and_stdout_stays_protocol(tree):
+    # Python starts with no sys.stderr when fd 2 is closed; print() and structlog would then write to stdout.
+    served = subprocess.run(
+        MODULE, input=HANDSHAKE_LINES, stdout=subprocess.PIPE, env=clean_environ(SKILLS_DIR=str(tree)),
+        preexec_fn=lambda: os.close(2), timeout=30,
+    )  # fmt: skip
+    assert served.returncode == 0
+    answers = answers_of(served.stdout)
+    assert sorted(answers) == [1, 2] and tool_payload(answers[2])["skills"][0]["name"] == "alpha"
+    checked = subprocess.run(
+        [*CONSOLE_SCRIPT, "check", "--json", str(tree)], stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2), timeout=30
+    )
+    assert checked.returncode == 1 and json.loads(checked.stdout)["problems"]
+
+
+def test_a_client_that_closes_its_end_of_stderr_is_still_answered(tree):
+    # The first log line then meets EPIPE: it is dropped, where it would end the server before it answered.
+    unread, stderr = os.pipe()
+    os.close(unread)
+    try:
+        served = subprocess.run(
+            MODULE, input=HANDSHAKE_LINES, stdout=subprocess.PIPE, stderr=stderr,
+            env=clean_environ(SKILLS_DIR=str(tree)), timeout=30,
+        )  # fmt: skip
+    finally:
+        os.close(stderr)
+    assert served.returncode == 0
+    assert sorted(answers_of(served.stdout)) == [1, 2]
+
+
+def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tree):
+    # The SDK drops a line it cannot read as an MCP message; a request whose id can still be read is answered,
+    # so its client does not wait forever, and every such line is logged.
+    lines = [
+        b'{"jsonrpc":"2.0","id":41,"method":"resources/read","params":["skill://alpha/SKILL.md"]}',
+        b'{"jsonrpc":"2.0","id":"42","method":"tools/call","params":"skill_list"}',
+        b'{"jsonrpc":"2.0","id":43,"method":"ping","params":{"_meta":{"x":"\\ud800"}}}',
+        b'{"jsonrpc":"1.0","id":44,"method":"ping"}',
+        b'{"jsonrpc":"2.0","method":"notifications/initialized","params":[1]}',  # a notification: no answer
+        b'{"jsonrpc":"2.0","id":"\\udc80","method":"ping","params":[]}',  # an id no answer could carry
+        b"garbage",
+    ]
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        legacy_handshake(client)
+        for line in lines:
+            client.send_line(line)
+        assert client.request("ping")["result"] == {}
+        client.close_stdin()
+        assert client.wait() == 0
+    assert_stdout_is_only_json_rpc(client)
+    errors = {answer["id"]: answer["error"] for answer in map(json.loads, client.stdout_lines) if "error" in answer}
+    assert errors == {
+        41: {"code": -32602, "message": 'invalid params: "params" must be an object, whose members name the parameters, not an array'},
+        "42": {"code": -32602, "message": 'invalid params: "params" must be an object, whose members name the parameters, not a string'},
+        43: {"code": -32700, "message": "the message is not strict JSON: a string in it holds a lone surrogate escape (\\ud800-\\udfff), which is no character"},
+        44: {"code": -32600, "message": 'invalid request: "jsonrpc" must be "2.0"'},
+    }  # fmt: skip
+    unreadable = [event for event in client.log_events() if event["event"] == "message.unreadable"]
+    assert [event["requestId"] for event in unreadable] == [41, "42", 43, 44, None, None, None]
+    assert all(event["level"] == "warning" and event["problem"] for event in unreadable)
 
 
 def test_the_sdks_own_warnings_are_json_lines_without_values(tree):
@@ -342,6 +422,24 @@ def test_busy_skills_extension_answers_leave_stdio_answering(root):
         client.close_stdin()
         assert client.wait() == 0
     assert_stdout_is_only_json_rpc(client)
+
+
+def test_what_the_server_sets_for_itself_is_never_handed_to_a_script(root):
+    # `serve` sets PYDANTIC_DISABLE_PLUGINS for its own imports; a script declaring that name sees it unset, as
+    # the operator left it, in the preview (and so in the run).
+    declaration = (
+        "name: envy\ndescription: Asks for variables.\nmcp-host:\n  version: 1\n  run:\n"
+        "    - script: show.py\n      interpreter: python3\n      env: [PYDANTIC_DISABLE_PLUGINS, OPERATOR_SET]\n"
+    )
+    write_skill(root, "envy", declaration, files={"show.py": "print('hi')\n"})
+    with running(MODULE, clean_environ(SKILLS_DIR=str(root), OPERATOR_SET="1")) as client:
+        legacy_handshake(client)
+        answer = client.request("tools/call", {"name": "skill_run", "arguments": {"name": "envy", "script": "show.py"}})
+        client.close_stdin()
+        assert client.wait() == 0
+    will_run = tool_payload(answer)["preview"]["willRun"]
+    assert will_run["envNotSet"] == ["PYDANTIC_DISABLE_PLUGINS"]
+    assert "OPERATOR_SET" in will_run["envNames"] and "PYDANTIC_DISABLE_PLUGINS" not in will_run["envNames"]
 
 
 def test_console_log_format_is_human_readable(tree):
