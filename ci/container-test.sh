@@ -299,7 +299,9 @@ for script, interpreter in (("scripts/report.py", "python3"), ("scripts/report.j
     report = json.loads(second["stdout"])
     if report.get("argv", [])[-2:] != ["one", "two words"]:
         raise SystemExit(f"FAIL: {script}: argv {report.get('argv')}")
-    print(f"skill_run {script}: exit 0, interpreter {report.get('interpreter')}, "
+    if interpreter == "python3" and not report.get("executable", "").startswith("/usr/bin/python3"):
+        raise SystemExit(f"FAIL: {script} ran with {report.get('executable')}, not Debian's python3 (outside the venv)")
+    print(f"skill_run {script}: exit 0, interpreter {report.get('interpreter')} ({report.get('executable')}), "
           f"env {report.get('envNames')}")
 
 proc.stdin.close()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from .text import printable
+from .text import json_for_people, printable
 from .version import VERSION
 
 if TYPE_CHECKING:
@@ -26,7 +26,10 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
         renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
         stamp.append(_printable_strings)
     else:
-        renderer = structlog.processors.JSONRenderer(ensure_ascii=False)
+        # Read by machines, but also in terminals (`docker logs`): what would reorder or hide text there is written
+        # as its JSON escape, the same string to any parser.
+        json_line = structlog.processors.JSONRenderer(ensure_ascii=False)
+        renderer = lambda *event: json_for_people(json_line(*event))  # noqa: E731
     structlog.configure(
         processors=[*stamp, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),

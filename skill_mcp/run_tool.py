@@ -368,11 +368,11 @@ class RunService:
                 try:
                     spent_now = self._spent.spend(approval.nonce, approval.expires_ms, self._clock_ms())
                 except confirm.SpentStoreError as error:
-                    return failure_result(
-                        ToolFailure(f"the approval could not be recorded as spent ({error}); nothing was run",
-                                    "The spent-token store under MCP_DATA_DIR must be writable.")
-                    )
-                if not spent_now:
+                    message = f"the approval could not be recorded as spent ({error}); nothing was run"
+                    refusal = Refused("spend-failed", message, "The spent-token store under MCP_DATA_DIR must be writable.")
+                    return self._refused(draft.skill.name, draft.entry.script, refusal)
+                if not spent_now:  # spent by another server sharing the store since this one checked
+                    self._log.warning("run.refused", skill=draft.skill.name, script=draft.entry.script, reason="approval-reused")
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
             return await self._execute(draft)
         finally:

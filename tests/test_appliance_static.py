@@ -119,14 +119,22 @@ def test_dockerfile_final_stage_layout() -> None:
     assert "PATH" not in env, "the venv must stay off PATH"
     for package in ("python3", "nodejs", "nftables", "ca-certificates"):
         assert re.search(rf"\b{package}\b", text), package
-    assert "rm -rf /var/lib/apt/lists/*" in text
     assert "--uid 10001" in text and "--gid 10001" in text and " app" in text
+    # What COPY brings in is root's, whatever the build context's modes: readable by 10001, writable by root only.
+    assert "chmod -R a+rX,go-w /skills /etc/skill-mcp" in text
     assert "chown 10001:10001 /data" in text
     assert ("COPY", "--from=build /app/venv /app/venv") in final
     assert ("COPY", "skill_mcp/skills/skill-mcp-demo /skills/skill-mcp-demo") in final
     assert ("COPY", "nftables/egress.nft /etc/skill-mcp/egress.nft") in final
     assert ("COPY", "appliance/entrypoint.sh /app/entrypoint.sh") in final
     assert (REPO / "skill_mcp" / "skills" / "skill-mcp-demo" / "SKILL.md").is_file()
+
+
+def test_every_apt_install_removes_the_lists_in_its_own_layer() -> None:
+    installs = [args for word, args in dockerfile_instructions() if word == "RUN" and "apt-get install" in args]
+    assert len(installs) == 2, "one per stage"
+    for args in installs:
+        assert args.rstrip().endswith("rm -rf /var/lib/apt/lists/*"), args
 
 
 def test_dockerignore_keeps_the_context_small() -> None:

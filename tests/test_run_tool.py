@@ -1166,9 +1166,13 @@ async def test_a_spend_lost_to_another_server_sharing_the_store_runs_nothing(
         token = await token_for(client, call())
         payload(await client.call_tool("skill_run", call(confirmToken=token)))
     monkeypatch.setattr(second._spent, "is_spent", lambda nonce: False)  # checked before the first spend landed
-    async with connect(second.deployment, "legacy", second.call) as client:
-        raced = await client.call_tool("skill_run", call(confirmToken=token))
+    with capture_logs() as logs:
+        async with connect(second.deployment, "legacy", second.call) as client:
+            raced = await client.call_tool("skill_run", call(confirmToken=token))
     assert json.loads(error_text(raced)) == rejected("TOKEN_REUSED")
+    assert [(e["event"], e.get("decision") or e.get("reason")) for e in events(logs) if e["event"] != "run.preview"] == [
+        ("run.confirm", "ok"), ("run.refused", "approval-reused"),
+    ]
     assert fence.runs() == [["mark"]]
 
 
@@ -1193,7 +1197,9 @@ async def test_an_unwritable_spent_store_refuses_the_run(fence: Fence) -> None:
     service = fence.service(MCP_CONFIRM_SECRET="stable-secret", MCP_DATA_DIR=str(data_dir), MCP_SKILL_RUN=MARK_GRANT)
     async with connect(service.deployment, "legacy", service.call) as client:
         token = await token_for(client, call())
-        refused = error_text(await client.call_tool("skill_run", call(confirmToken=token)))
+        with capture_logs() as logs:
+            refused = error_text(await client.call_tool("skill_run", call(confirmToken=token)))
+    assert [e["reason"] for e in events(logs) if e["event"] == "run.refused"] == ["spend-failed"]
     assert refused.startswith("the approval could not be recorded as spent (")
     assert "nothing was run" in refused and "MCP_DATA_DIR must be writable" in refused
     assert fence.runs() == []
@@ -1418,8 +1424,9 @@ def check_demo(result: Any, script: str) -> None:
     body = payload(result)
     assert (body["skill"], body["script"], body["exitCode"], body["timedOut"], body["env"]) == (
         "skill-mcp-demo", script, 0, False, ["HOME", "PATH"])
+    executable = PYTHON if script.endswith(".py") else os.path.realpath(NODE)  # node reports its resolved path
     assert json.loads(body["stdout"]) == {"argv": ["hello", "; ls"], "cwd": DEMO_DIR, "envNames": ["HOME", "PATH"],
-                                          "interpreter": interpreter_version(script)}
+                                          "interpreter": interpreter_version(script), "executable": executable}
     assert body["stderr"] == f"{os.path.basename(script)} finished\n"
 
 

@@ -466,12 +466,17 @@ def test_console_log_format_shows_terminal_escapes_in_names_as_text(tree):
 
 
 def test_json_logs_carry_a_name_with_terminal_escapes_exactly(tree):
-    (tree / "clear\x1b[2J").mkdir()  # JSON escapes it already: the value a reader decodes is the real path
+    # JSON escapes C0 controls already; a C1 control and a bidi override are escaped too, so a terminal showing
+    # the log neither obeys nor reorders them, and the value a reader decodes is still the real path.
+    names = ["clear\x1b[2J", "csi\x9b2J", "txt.\u202eexe"]
+    for name in names:
+        (tree / name).mkdir()
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         client.close_stdin()
         assert client.wait() == 0
     paths = [event["path"] for event in client.log_events() if event["event"] == "problem"]
-    assert str(tree / "clear\x1b[2J") in paths
+    assert all(str(tree / name) in paths for name in names)
+    assert "\x9b" not in client.stderr_text() and "\u202e" not in client.stderr_text()
 
 
 def test_log_level_error_silences_info_and_warning(tree):

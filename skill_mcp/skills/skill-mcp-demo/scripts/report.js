@@ -5,6 +5,7 @@ console.log(
     cwd: process.cwd(),
     envNames: Object.keys(process.env).sort(),
     interpreter: `Node ${process.version}`,
+    executable: process.execPath,
   })
 );
 console.error("report.js finished");

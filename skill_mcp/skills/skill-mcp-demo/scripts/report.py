@@ -21,6 +21,7 @@ print(
             "cwd": os.getcwd(),
             "envNames": handed_names(),
             "interpreter": f"Python {sys.version.split()[0]}",
+            "executable": sys.executable,
         }
     )
 )
