@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 from skill_mcp.declaration import read_declaration
 from skill_mcp.files import CappedRead, read_capped_fd
@@ -449,12 +449,20 @@ def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]]]:
     try:
         try:
             with os.scandir(fd) as listing:
-                entries = heapq.nsmallest(at_most, listing, key=lambda entry: entry.name)
+                first = list(islice(listing, at_most))
+                if len(first) < at_most:  # the usual directory, read whole
+                    entries = sorted(first, key=_name)
+                else:  # more names than the walk keeps: read through, keeping only the first ones by name
+                    entries = heapq.nsmallest(at_most, chain(first, listing), key=_name)
         except OSError:
             entries = []
         yield entries
     finally:
         os.close(fd)
+
+
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
 
 
 def _refuse_duplicates(skills: list[Skill], problems: list[Problem]) -> list[Skill]:

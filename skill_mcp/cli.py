@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -87,8 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _StderrOrNothing:
-    """sys.stderr, which a log line can no longer stop the server through: when its reader has gone (EPIPE), fd 2
-    becomes /dev/null and the line is dropped, where the error would end `serve` before it answers anything."""
+    """sys.stderr, which a log line can no longer stop the server through: a line that cannot be written is
+    dropped, where the error would end `serve` before it answers anything; once its reader has gone (EPIPE), fd 2
+    becomes /dev/null, so what the stream still buffers, flushed at exit too, fails no more."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -96,21 +98,21 @@ class _StderrOrNothing:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except OSError:
-            self._drop_from_now_on()
+        except OSError as error:
+            self._dropped(error)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except OSError:
-            self._drop_from_now_on()
+        except OSError as error:
+            self._dropped(error)
 
-    def _drop_from_now_on(self) -> None:
-        # What the stream still buffers is then written to /dev/null, so its flush at exit fails no more.
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, self._stream.fileno())
-        os.close(null)
+    def _dropped(self, error: OSError) -> None:
+        if error.errno in (errno.EPIPE, errno.EBADF):  # for good; a full or non-blocking pipe may drain again
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, …
         return getattr(self._stream, name)

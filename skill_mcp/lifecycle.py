@@ -3,6 +3,7 @@ it answered, and an exit within 5 s whatever the client does with its end of the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -62,7 +63,7 @@ async def serve_stdio(
         try:
             async with stdio_server() as (read_stream, write_stream):
                 unanswered = _Unanswered()
-                messages = _WatchedInput(read_stream, unanswered, input_ended, write_stream)
+                messages = _WatchedInput(read_stream, unanswered, input_ended, _Refusals(write_stream, group))
                 answers = _WatchedOutput(write_stream, unanswered)
                 await server.run(messages, answers, server.create_initialization_options())  # type: ignore[arg-type]
         except* BrokenPipeError:
@@ -152,9 +153,9 @@ class _WatchedInput(_Watched):
     """Notes each request read; at the end of input, runs the callback and then the drain. A line the SDK could
     not read as a message, which it would drop unanswered, is logged, and answered when it names a request id."""
 
-    def __init__(self, stream: Any, unanswered: _Unanswered, on_end: Callable[[], None], answers: Any) -> None:
+    def __init__(self, stream: Any, unanswered: _Unanswered, on_end: Callable[[], None], refusals: _Refusals) -> None:
         super().__init__(stream, unanswered)
-        self._on_end, self._answers = on_end, answers
+        self._on_end, self._refusals = on_end, refusals
 
     def __aiter__(self) -> _WatchedInput:
         return self
@@ -170,13 +171,25 @@ class _WatchedInput(_Watched):
             if not isinstance(item, Exception):
                 self._unanswered.read(item)
                 return item
-            await self._refuse(item)
+            self._refusals.refuse(item)
 
-    async def _refuse(self, error: Exception) -> None:
+
+class _Refusals:
+    """Answers for the requests the SDK could not read, written by tasks of their own: written inline, one would
+    stop reading stdin while the client is not reading stdout, and the end of input would never come."""
+
+    def __init__(self, answers: Any, group: anyio.abc.TaskGroup) -> None:
+        self._answers, self._group = answers, group
+
+    def refuse(self, error: Exception) -> None:
         request_id, refusal = unreadable_request(error)
         get_logger().warning("message.unreadable", requestId=request_id, problem=refusal.message)
         if request_id is not None:  # a client waiting on this id would otherwise wait forever
-            await self._answers.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=refusal)))
+            self._group.start_soon(self._send, types.JSONRPCError(jsonrpc="2.0", id=request_id, error=refusal))
+
+    async def _send(self, answer: types.JSONRPCError) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session has ended
+            await self._answers.send(SessionMessage(answer))
 
 
 def unreadable_request(error: Exception) -> tuple[RequestId | None, types.ErrorData]:
@@ -188,11 +201,13 @@ def unreadable_request(error: Exception) -> tuple[RequestId | None, types.ErrorD
         if detail["type"] == "json_invalid":
             try:  # Python's parser takes some of what pydantic's refuses, enough to read the request's id
                 message = json.loads(detail["input"])
+            except RecursionError:
+                return None, types.ErrorData(code=types.PARSE_ERROR, message="the message nests deeper than the server reads")
             except (TypeError, ValueError):
                 return None, types.ErrorData(code=types.PARSE_ERROR, message=f"the line is not JSON: {detail['msg']}")
             refusal = types.ErrorData(code=types.PARSE_ERROR, message=f"the message is not strict JSON: {_why_not_strict(message, detail['msg'])}")
             break
-        if isinstance(detail.get("input"), dict):  # the message itself, as one of the four shapes saw it
+        if _is_the_message(detail):
             message = detail["input"]
             refusal = _invalid_request(message)
             break
@@ -202,6 +217,14 @@ def unreadable_request(error: Exception) -> tuple[RequestId | None, types.ErrorD
     if isinstance(request_id, str) and _why_not_strict(request_id, "") != "":
         request_id = None  # an id no answer could carry back
     return request_id, refusal
+
+
+def _is_the_message(detail: Any) -> bool:
+    """Whether a pydantic error of the message union holds the whole message as its input: an error at one of
+    the four shapes itself, or a field missing from one; an error at a field holds that field's value."""
+    location = detail["loc"]
+    at_the_message = len(location) == 1 or (len(location) == 2 and detail["type"] == "missing")
+    return at_the_message and isinstance(detail.get("input"), dict)
 
 
 def _why_not_strict(message: Any, parser_said: str) -> str:

@@ -267,7 +267,7 @@ class RunService:
         if fresh.will_run != draft.will_run:  # the user's "accepted" is logged; so is why it approves nothing
             self._log_confirm(draft, "elicitation", confirm.DRAFT_CHANGED)
             return text_result(_preview_json(confirm.draft_changed(fresh.will_run)), is_error=True)
-        return await self._run_once(fresh, None)
+        return await self._run_once(fresh, None, "elicitation")
 
     async def _path_input_required(
         self, ctx: ServerRequestContext[Any], draft: Draft
@@ -295,7 +295,7 @@ class RunService:
         self._log_confirm(draft, "input-required", "accepted" if approval else "asked")
         if approval is None:
             return self._ask(draft)
-        return await self._run_once(draft, approval)
+        return await self._run_once(draft, approval, "input-required")
 
     def _ask(self, draft: Draft) -> types.InputRequiredResult:
         message, schema = confirm.elicitation_question(draft.will_run)
@@ -325,7 +325,7 @@ class RunService:
             return text_result(_preview_json(confirm.draft_changed(draft.will_run, offer)), is_error=True)
         if not verdict.ok:
             return text_result(minified(confirm.rejection(verdict.error)), is_error=True)
-        return await self._run_once(draft, verdict.approval)
+        return await self._run_once(draft, verdict.approval, "token")
 
     def _offer(self, draft: Draft, payload: str) -> dict[str, Any]:
         ttl = self.deployment.config.ttl_seconds
@@ -355,7 +355,7 @@ class RunService:
             )
         )
 
-    async def _run_once(self, draft: Draft, approval: confirm.Approval | None) -> dict[str, Any]:
+    async def _run_once(self, draft: Draft, approval: confirm.Approval | None, path: str) -> dict[str, Any]:
         if self._busy:  # check-and-set with no await in between
             return self._busy_refusal(draft)
         if self._input_ended:  # the end of input stops runs (§5.1); this one has not begun
@@ -372,7 +372,7 @@ class RunService:
                     refusal = Refused("spend-failed", message, "The spent-token store under MCP_DATA_DIR must be writable.")
                     return self._refused(draft.skill.name, draft.entry.script, refusal)
                 if not spent_now:  # spent by another server sharing the store since this one checked
-                    self._log.warning("run.refused", skill=draft.skill.name, script=draft.entry.script, reason="approval-reused")
+                    self._log_confirm(draft, path, confirm.TOKEN_REUSED)
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
             return await self._execute(draft)
         finally:

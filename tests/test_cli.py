@@ -3,6 +3,7 @@ with stdin left open, so a command that started a server would hang and fail the
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from support import payload
 
+from skill_mcp.cli import _StderrOrNothing
 from skill_mcp.config import BUNDLED_ROOT
 from skill_mcp.limits import MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
 
@@ -510,3 +512,39 @@ def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhe
     assert (code, stdout) == (2, "") and "unrecognized arguments: --bogus" in stderr
     code, _, stderr = run_cli(["serve", "extra"], elsewhere)
     assert code == 2 and "unrecognized arguments: extra" in stderr
+
+
+# --- stderr, which logs and notes use and nothing may stop the server through ---------------------
+
+
+class _FullPipe:
+    """A stream whose first write finds its (non-blocking) pipe full."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def write(self, text: str) -> int:
+        if not self.written:
+            self.written.append("")
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        self.written.append(text)
+        return len(text)
+
+
+def test_a_log_line_that_cannot_be_written_is_dropped_and_the_next_one_still_goes_out() -> None:
+    full = _FullPipe()
+    stderr = _StderrOrNothing(full)
+    assert stderr.write("first\n") == len("first\n")
+    stderr.write("second\n")
+    assert full.written == ["", "second\n"]
+
+
+def test_once_stderrs_reader_is_gone_its_descriptor_becomes_dev_null() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(write_end, "w", buffering=1, encoding="utf-8") as stream:
+        stderr = _StderrOrNothing(stream)
+        stderr.write("lost\n")  # EPIPE: dropped, and the descriptor now leads nowhere
+        assert os.stat(os.devnull).st_rdev == os.fstat(write_end).st_rdev
+        stderr.write("also lost\n")
+        stderr.flush()

@@ -1171,7 +1171,7 @@ async def test_a_spend_lost_to_another_server_sharing_the_store_runs_nothing(
             raced = await client.call_tool("skill_run", call(confirmToken=token))
     assert json.loads(error_text(raced)) == rejected("TOKEN_REUSED")
     assert [(e["event"], e.get("decision") or e.get("reason")) for e in events(logs) if e["event"] != "run.preview"] == [
-        ("run.confirm", "ok"), ("run.refused", "approval-reused"),
+        ("run.confirm", "ok"), ("run.confirm", "TOKEN_REUSED"),
     ]
     assert fence.runs() == [["mark"]]
 

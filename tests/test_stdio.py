@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,9 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
         b'{"jsonrpc":"2.0","method":"notifications/initialized","params":[1]}',  # a notification: no answer
         b'{"jsonrpc":"2.0","id":"\\udc80","method":"ping","params":[]}',  # an id no answer could carry
         b"garbage",
+        b'{"jsonrpc":"2.0","id":45,"method":{"method":"x","id":99}}',  # the id is the message's, not a field's
+        b'{"jsonrpc":"2.0","id":46,"result":3}',  # a malformed response: nothing to answer
+        b'{"jsonrpc":"2.0","id":47,"method":"ping","params":' + b"[" * 5000 + b"]" * 5000 + b"}",  # too deep to read
     ]
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         legacy_handshake(client)
@@ -200,10 +204,29 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
         "42": {"code": -32602, "message": 'invalid params: "params" must be an object, whose members name the parameters, not a string'},
         43: {"code": -32700, "message": "the message is not strict JSON: a string in it holds a lone surrogate escape (\\ud800-\\udfff), which is no character"},
         44: {"code": -32600, "message": 'invalid request: "jsonrpc" must be "2.0"'},
+        45: {"code": -32600, "message": 'invalid request: "method" must be a string'},
     }  # fmt: skip
     unreadable = [event for event in client.log_events() if event["event"] == "message.unreadable"]
-    assert [event["requestId"] for event in unreadable] == [41, "42", 43, 44, None, None, None]
+    assert [event["requestId"] for event in unreadable] == [41, "42", 43, 44, None, None, None, 45, None, None]
     assert all(event["level"] == "warning" and event["problem"] for event in unreadable)
+
+
+def test_refused_requests_a_client_never_reads_do_not_hold_the_exit(tree):
+    # Their answers wait for a reader of their own: the server still reads to the end of input, and exits in 5 s.
+    server = subprocess.Popen(
+        MODULE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=clean_environ(SKILLS_DIR=str(tree)),
+    )  # fmt: skip
+    try:
+        refused = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping","params":[]}\n' % index for index in range(800))
+        server.stdin.write(HANDSHAKE_LINES + refused)
+        server.stdin.close()
+        started = time.monotonic()
+        assert server.wait(timeout=15) == 0
+        assert time.monotonic() - started <= 5
+    finally:
+        server.kill()
+        server.stdout.close()
 
 
 def test_the_sdks_own_warnings_are_json_lines_without_values(tree):
