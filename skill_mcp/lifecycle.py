@@ -11,6 +11,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -171,7 +172,10 @@ class _WatchedInput(_Watched):
             if not isinstance(item, Exception):
                 self._unanswered.read(item)
                 return item
-            self._refusals.refuse(item)
+            unreadable = self._refusals.refuse(item)
+            if unreadable.answer_to is not None:  # an answer to a request of ours: that request fails with it
+                error = types.ErrorData(code=unreadable.error.code, message=f"the client's answer: {unreadable.error.message}")
+                return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=unreadable.answer_to, error=error))
 
 
 class _Refusals:
@@ -181,20 +185,33 @@ class _Refusals:
     def __init__(self, answers: Any, group: anyio.abc.TaskGroup) -> None:
         self._answers, self._group = answers, group
 
-    def refuse(self, error: Exception) -> None:
-        request_id, refusal = unreadable_request(error)
-        get_logger().warning("message.unreadable", requestId=request_id, problem=refusal.message)
+    def refuse(self, error: Exception) -> Unreadable:
+        unreadable = unreadable_message(error)
+        request_id = unreadable.request_id
+        get_logger().warning(
+            "message.unreadable", requestId=request_id, answerTo=unreadable.answer_to, problem=unreadable.error.message
+        )
         if request_id is not None:  # a client waiting on this id would otherwise wait forever
-            self._group.start_soon(self._send, types.JSONRPCError(jsonrpc="2.0", id=request_id, error=refusal))
+            self._group.start_soon(self._send, types.JSONRPCError(jsonrpc="2.0", id=request_id, error=unreadable.error))
+        return unreadable
 
     async def _send(self, answer: types.JSONRPCError) -> None:
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session has ended
             await self._answers.send(SessionMessage(answer))
 
 
-def unreadable_request(error: Exception) -> tuple[RequestId | None, types.ErrorData]:
-    """What was wrong with a line the SDK's stdio reader refused (`error`, its pydantic error): the id of the
-    request it was, when one can be read, and the JSON-RPC error that says why."""
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A line the SDK's stdio reader refused: the JSON-RPC error that says why, and, when one can be read, the id
+    of the client's request it was, or of the server's request it answers."""
+
+    error: types.ErrorData
+    request_id: RequestId | None = None
+    answer_to: RequestId | None = None
+
+
+def unreadable_message(error: Exception) -> Unreadable:
+    """What was wrong with a line the SDK's stdio reader refused (`error`, its pydantic error)."""
     message: Any = None
     details = error.errors(include_url=False) if isinstance(error, ValidationError) else []
     for detail in details:
@@ -202,9 +219,9 @@ def unreadable_request(error: Exception) -> tuple[RequestId | None, types.ErrorD
             try:  # Python's parser takes some of what pydantic's refuses, enough to read the request's id
                 message = json.loads(detail["input"])
             except RecursionError:
-                return None, types.ErrorData(code=types.PARSE_ERROR, message="the message nests deeper than the server reads")
+                return Unreadable(types.ErrorData(code=types.PARSE_ERROR, message="the message nests deeper than the server reads"))
             except (TypeError, ValueError):
-                return None, types.ErrorData(code=types.PARSE_ERROR, message=f"the line is not JSON: {detail['msg']}")
+                return Unreadable(types.ErrorData(code=types.PARSE_ERROR, message=f"the line is not JSON: {detail['msg']}"))
             refusal = types.ErrorData(code=types.PARSE_ERROR, message=f"the message is not strict JSON: {_why_not_strict(message, detail['msg'])}")
             break
         if _is_the_message(detail):
@@ -212,11 +229,17 @@ def unreadable_request(error: Exception) -> tuple[RequestId | None, types.ErrorD
             refusal = _invalid_request(message)
             break
     else:
-        return None, types.ErrorData(code=types.INVALID_REQUEST, message="the line is not a JSON-RPC 2.0 message")
-    request_id = as_request_id(message.get("id")) if isinstance(message, dict) and "method" in message else None
-    if isinstance(request_id, str) and _why_not_strict(request_id, "") != "":
-        request_id = None  # an id no answer could carry back
-    return request_id, refusal
+        return Unreadable(types.ErrorData(code=types.INVALID_REQUEST, message="the line is not a JSON-RPC 2.0 message"))
+    message_id = as_request_id(message.get("id")) if isinstance(message, dict) else None
+    if isinstance(message_id, str) and _why_not_strict(message_id, "") != "":
+        message_id = None  # an id no answer could carry back
+    if message_id is None:
+        return Unreadable(refusal)
+    if "method" in message:
+        return Unreadable(refusal, request_id=message_id)
+    if "result" in message or "error" in message:
+        return Unreadable(refusal, answer_to=message_id)
+    return Unreadable(refusal)
 
 
 def _is_the_message(detail: Any) -> bool:
@@ -240,7 +263,8 @@ _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a num
 
 def _invalid_request(message: dict[str, Any]) -> types.ErrorData:
     if "method" not in message:
-        return types.ErrorData(code=types.INVALID_REQUEST, message="the message is neither a valid request nor a response")
+        shape = "a valid response" if "result" in message or "error" in message else "a request or a response"
+        return types.ErrorData(code=types.INVALID_REQUEST, message=f"the message is not {shape}")
     if message.get("jsonrpc") != "2.0":
         return types.ErrorData(code=types.INVALID_REQUEST, message='invalid request: "jsonrpc" must be "2.0"')
     if not isinstance(message["method"], str):

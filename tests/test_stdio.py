@@ -208,7 +208,34 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
     }  # fmt: skip
     unreadable = [event for event in client.log_events() if event["event"] == "message.unreadable"]
     assert [event["requestId"] for event in unreadable] == [41, "42", 43, 44, None, None, None, 45, None, None]
+    assert [event["answerTo"] for event in unreadable] == [None] * 8 + [46, None]  # answering nothing pending
     assert all(event["level"] == "warning" and event["problem"] for event in unreadable)
+
+
+@pytest.mark.parametrize("answer", [None, [], "yes"])
+def test_an_unreadable_answer_to_the_confirmation_question_is_a_failed_confirmation(root, answer):
+    # The SDK cannot read an elicitation result that is not an object; it reaches the waiting question as the
+    # client's error, so the call is answered "not confirmed" at once, not when the question expires (600 s).
+    declaration = "name: asks\ndescription: Runs.\nmcp-host:\n  version: 1\n  run:\n    - script: run.py\n      interpreter: python3\n"
+    write_skill(root, "asks", declaration, files={"run.py": "print('ran')\n"})
+    with running(MODULE, clean_environ(SKILLS_DIR=str(root))) as client:
+        client.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                                      "clientInfo": {"name": "c", "version": "0"}})  # fmt: skip
+        client.notify("notifications/initialized")
+        call = {"jsonrpc": "2.0", "id": "run", "method": "tools/call",
+                "params": {"name": "skill_run", "arguments": {"name": "asks", "script": "run.py"}}}  # fmt: skip
+        client.send_line(json.dumps(call).encode())
+        question = client.next_message()
+        assert question["method"] == "elicitation/create"
+        client.send_line(json.dumps({"jsonrpc": "2.0", "id": question["id"], "result": answer}).encode())
+        started = time.monotonic()
+        answered = client.next_message()
+        assert time.monotonic() - started < 5
+        client.close_stdin()
+        assert client.wait() == 0
+    assert answered["id"] == "run" and tool_payload(answered)["confirmed"] is False
+    confirms = [event["decision"] for event in client.log_events() if event["event"] == "run.confirm"]
+    assert confirms == ["failed"] and not [event for event in client.log_events() if event["event"] == "run.start"]
 
 
 def test_refused_requests_a_client_never_reads_do_not_hold_the_exit(tree):

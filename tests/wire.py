@@ -69,6 +69,12 @@ class LineClient:
             message["params"] = params
         self.send_line(json.dumps(message).encode())
 
+    def next_message(self) -> dict[str, Any]:
+        """The next line the server writes, whatever it is (an answer, or a request of the server's own)."""
+        line = self._answers.get(timeout=ANSWER_SECONDS)
+        assert line is not None, f"stdout closed: {self.stderr_text()}"
+        return json.loads(line)
+
     def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one request and return the response carrying its id; any other line read meanwhile is skipped
         here (it stays in stdout_lines)."""
