@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .startup import fast_imports
+from .stderr import EXIT_DRAIN_SECONDS, drain_stderr, keep_stderr_apart_from_stdout
 from .version import VERSION
 
 if TYPE_CHECKING:
@@ -55,8 +55,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _keep_stderr_apart_from_stdout()
-    args = sys.argv[1:] if argv is None else list(argv)
+    keep_stderr_apart_from_stdout()
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        drain_stderr(EXIT_DRAIN_SECONDS)
+
+
+def _run(args: list[str]) -> int:
     if args in ([], ["serve"]):
         return serve()  # every client's spawn: no parser to build (argparse and gettext cost ~2 ms)
     parser = _parser()
@@ -85,47 +91,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.command == "check":
         return authoring.check(tuple(options.roots), as_json=options.json)
     return authoring.list_deployment(tuple(options.roots), as_json=options.json, egress=options.egress)
-
-
-class _StderrOrNothing:
-    """sys.stderr, which a log line can no longer stop the server through: a line that cannot be written is
-    dropped, where the error would end `serve` before it answers anything; once its reader has gone (EPIPE), fd 2
-    becomes /dev/null, so what the stream still buffers, flushed at exit too, fails no more."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except OSError as error:
-            self._dropped(error)
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except OSError as error:
-            self._dropped(error)
-
-    def _dropped(self, error: OSError) -> None:
-        if error.errno in (errno.EPIPE, errno.EBADF):  # for good; a full or non-blocking pipe may drain again
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self._stream.fileno())
-            os.close(null)
-
-    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, …
-        return getattr(self._stream, name)
-
-
-def _keep_stderr_apart_from_stdout() -> None:
-    """Logs and notes go to stderr only (§5.1: stdout is the protocol). Started with fd 2 closed, Python has no
-    sys.stderr, and print() and structlog would both write to stdout instead: /dev/null stands in for it."""
-    if sys.stderr is None:
-        null = os.open(os.devnull, os.O_WRONLY)  # fd 2 itself, unless something opened since holds it
-        sys.stderr = open(null, "w", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-    if not isinstance(sys.stderr, _StderrOrNothing):
-        sys.stderr = _StderrOrNothing(sys.stderr)
 
 
 def _roots_given_to_serve(args: list[str]) -> list[str]:
@@ -167,7 +132,7 @@ def serve() -> int:
 
         from .deployment import build_deployment
         from .lifecycle import serve_stdio
-        from .logs import configure_logging, get_logger, log_boot
+        from .logs import configure_logging, get_logger, log_boot, log_ready
         from .run_tool import RunService
         from .server import build_server
 
@@ -182,7 +147,7 @@ def serve() -> int:
         killed = runs.kill_active()
         log.info("shutdown", reason=reason, killedRun=killed)
 
-    anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end)
+    anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end, lambda: log_ready(log, deployment))
     return EXIT_OK
 
 

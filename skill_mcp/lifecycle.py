@@ -23,18 +23,24 @@ from mcp_types import RequestId
 from pydantic import ValidationError
 
 from .logs import get_logger
+from .stderr import drain_stderr
 
 ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
 EXIT_DEADLINE_SECONDS = 4.5
 SHUTDOWN_WAIT_SECONDS = 0.3  # the watchdog's wait for a shutdown under way: the exit still comes within 5 s
+STDERR_DRAIN_SECONDS = 0.1  # for the log lines not yet written, shutdown's among them, when exiting at once
 
 
 async def serve_stdio(
-    server: Server[Any], on_shutdown: Callable[[str], None], on_input_end: Callable[[], None] = lambda: None
+    server: Server[Any],
+    on_shutdown: Callable[[str], None],
+    on_input_end: Callable[[], None] = lambda: None,
+    on_listening: Callable[[], None] = lambda: None,
 ) -> None:
     """Serve until stdin closes, the client leaves or a signal arrives, then shut down with exit status 0 within
-    §5.1's 5 s. `on_input_end` runs when the last message has been read, before the requests read are answered
-    (_Unanswered) and the SDK cancels the calls still in flight; `on_shutdown(reason)` runs once, at the end."""
+    §5.1's 5 s. `on_listening` runs once signals are handled here; `on_input_end` runs when the last message has
+    been read, before the requests read are answered (_Unanswered) and the SDK cancels the calls still in flight;
+    `on_shutdown(reason)` runs once, at the end."""
     from mcp.server.stdio import stdio_server
 
     shutdown = _Shutdown(on_shutdown)
@@ -42,7 +48,7 @@ async def serve_stdio(
     def exit_now(reason: str) -> None:
         shutdown(reason)
         sys.stdout.flush()
-        sys.stderr.flush()
+        drain_stderr(STDERR_DRAIN_SECONDS)
         os._exit(0)
 
     def input_ended() -> None:
@@ -55,12 +61,14 @@ async def serve_stdio(
 
     async with anyio.create_task_group() as group:
 
-        async def watch_signals() -> None:
+        async def watch_signals(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+                task_status.started()
                 async for _ in signals:
                     exit_now("signal")  # the SDK reads stdin in a worker thread, so exit rather than cancel
 
-        group.start_soon(watch_signals)
+        await group.start(watch_signals)
+        on_listening()
         try:
             async with stdio_server() as (read_stream, write_stream):
                 unanswered = _Unanswered()

@@ -70,7 +70,7 @@ def get_logger() -> Any:
 def log_boot(
     log: Any, deployment: Deployment, warnings: list[ConfigWarning], scrub: ScrubResult, unavailable_levers: list[str]
 ) -> None:
-    """The start-up events (§13): warnings, `boot`, one `problem` each, and a `ready` line for people."""
+    """The start-up events (§13): warnings, `boot`, and one `problem` each."""
     config = deployment.config
     for warning in warnings:
         log.warning("config.warning", variable=warning.variable, problem=warning.problem)
@@ -102,6 +102,11 @@ def log_boot(
     )
     for problem in deployment.problems:
         log.warning("problem", path=problem.path, reason=problem.reason, detail=problem.detail)
+
+
+def log_ready(log: Any, deployment: Deployment) -> None:
+    """The line for people, once the server listens for signals and its client (a signal from here on logs
+    `shutdown`)."""
     skills = deployment.skills
     names = ", ".join(skill.name for skill in skills[:8]) + (", …" if len(skills) > 8 else "")
     log.info(

@@ -3,11 +3,13 @@ with stdin left open, so a command that started a server would hang and fail the
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -17,9 +19,9 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from support import payload
 
-from skill_mcp.cli import _StderrOrNothing
 from skill_mcp.config import BUNDLED_ROOT
 from skill_mcp.limits import MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
+from skill_mcp.stderr import BACKLOG_LINES, BackgroundStderr
 
 SKILL_MCP = os.path.join(os.path.dirname(sys.executable), "skill-mcp")
 ENTRY_POINTS = {"script": [SKILL_MCP], "module": [sys.executable, "-m", "skill_mcp"]}
@@ -530,12 +532,27 @@ class _FullPipe:
         self.written.append(text)
         return len(text)
 
+    def flush(self) -> None:
+        pass
+
+
+def test_a_line_printed_in_pieces_is_written_whole() -> None:
+    # print() writes the text and its newline apart; written apart, another writer of fd 2 could split the line.
+    calls = _FullPipe()
+    calls.written.append("")  # never full
+    stderr = BackgroundStderr(calls)
+    print('{"event": "boot"}', file=stderr, flush=True)
+    stderr.write("no newline yet")
+    stderr.drain(5)
+    assert calls.written == ["", '{"event": "boot"}\n', "no newline yet"]
+
 
 def test_a_log_line_that_cannot_be_written_is_dropped_and_the_next_one_still_goes_out() -> None:
     full = _FullPipe()
-    stderr = _StderrOrNothing(full)
+    stderr = BackgroundStderr(full)
     assert stderr.write("first\n") == len("first\n")
     stderr.write("second\n")
+    stderr.drain(5)
     assert full.written == ["", "second\n"]
 
 
@@ -543,8 +560,30 @@ def test_once_stderrs_reader_is_gone_its_descriptor_becomes_dev_null() -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)
     with open(write_end, "w", buffering=1, encoding="utf-8") as stream:
-        stderr = _StderrOrNothing(stream)
+        stderr = BackgroundStderr(stream)
         stderr.write("lost\n")  # EPIPE: dropped, and the descriptor now leads nowhere
+        stderr.drain(5)
         assert os.stat(os.devnull).st_rdev == os.fstat(write_end).st_rdev
         stderr.write("also lost\n")
-        stderr.flush()
+        stderr.drain(5)
+
+
+def test_a_stderr_nobody_reads_holds_up_no_write_and_lines_past_the_backlog_are_dropped() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        with open(write_end, "w", buffering=1, encoding="utf-8", closefd=False) as stream:
+            stderr = BackgroundStderr(stream)
+            line = "x" * 1023 + "\n"
+            for _ in range(BACKLOG_LINES + 200):  # 4 MiB, where the pipe takes 64 KiB: not one write blocks
+                stderr.write(line)
+            stderr.drain(0.2)  # gives up: the writer is stuck on the full pipe
+            seen = 0
+            os.set_blocking(read_end, False)
+            with contextlib.suppress(BlockingIOError):
+                while chunk := os.read(read_end, 1 << 20):
+                    seen += len(chunk)
+                    time.sleep(0.01)
+            assert seen <= (BACKLOG_LINES + 1) * len(line)  # the rest was dropped, never queued
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -238,6 +239,43 @@ def test_an_unreadable_answer_to_the_confirmation_question_is_a_failed_confirmat
     assert confirms == ["failed"] and not [event for event in client.log_events() if event["event"] == "run.start"]
 
 
+@pytest.mark.parametrize("ending", ["eof", "sigterm"])
+def test_a_client_that_never_reads_stderr_is_still_answered_and_the_server_still_exits(root, ending):
+    # 400 previews log 800 lines, far past the 64 KiB a pipe holds: a blocking log write would stop the event
+    # loop (no answers, no signal handled, no exit); the lines past the backlog are dropped instead.
+    declaration = "name: asks\ndescription: Runs.\nmcp-host:\n  version: 1\n  run:\n    - script: run.py\n      interpreter: python3\n"
+    write_skill(root, "asks", declaration, files={"run.py": "print('ran')\n"})
+    server = subprocess.Popen(
+        MODULE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=clean_environ(SKILLS_DIR=str(root), MCP_CONFIRM_ELICITATION="off"),
+    )  # fmt: skip
+    answers: list[bytes] = []
+    reader = threading.Thread(target=lambda: answers.extend(server.stdout), daemon=True)
+    reader.start()
+    try:
+        call = {"name": "skill_run", "arguments": {"name": "asks", "script": "run.py"}}
+        previews = b"".join(
+            json.dumps({"jsonrpc": "2.0", "id": f"run-{index}", "method": "tools/call", "params": call}).encode() + b"\n"
+            for index in range(400)
+        )
+        server.stdin.write(HANDSHAKE_LINES + previews)
+        server.stdin.flush()
+        deadline = time.monotonic() + 30
+        while len(answers) < 402 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(answers) == 402, f"{len(answers)} of 402 answered"
+        if ending == "eof":
+            server.stdin.close()
+        else:
+            server.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        assert server.wait(timeout=15) == 0
+        assert time.monotonic() - started <= 5
+    finally:
+        server.kill()
+        server.stderr.close()
+
+
 def test_refused_requests_a_client_never_reads_do_not_hold_the_exit(tree):
     # Their answers wait for a reader of their own: the server still reads to the end of input, and exits in 5 s.
     server = subprocess.Popen(
@@ -438,6 +476,19 @@ def test_sigterm_exits_zero_with_a_shutdown_event(tree, launcher):
     shutdown = [event for event in client.log_events() if event["event"] == "shutdown"]
     assert [(event["reason"], event["killedRun"]) for event in shutdown] == [("signal", False)]
     assert_stdout_is_only_json_rpc(client)
+
+
+def test_a_signal_as_soon_as_ready_is_logged_as_a_shutdown(tree):
+    # `ready` comes once the server handles signals itself: from then on a signal logs `shutdown`.
+    for _ in range(5):
+        with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+            deadline = time.monotonic() + 30
+            while not any(b'"event": "ready"' in line for line in client.stderr_lines):
+                assert time.monotonic() < deadline, client.stderr_text()
+                time.sleep(0.001)
+            client.process.send_signal(signal.SIGTERM)
+            assert client.wait() == 0
+        assert [event["reason"] for event in client.log_events() if event["event"] == "shutdown"] == ["signal"]
 
 
 def test_sigint_exits_zero_too(tree):
