@@ -140,6 +140,15 @@ HANDSHAKE_LINES = b"".join(
 )  # fmt: skip
 
 
+ASKING_SKILL = "name: asks\ndescription: Runs.\nmcp-host:\n  version: 1\n  run:\n    - script: run.py\n      interpreter: python3\n"
+
+
+def assert_exits_zero_within_5_seconds(server: subprocess.Popen) -> None:
+    started = time.monotonic()
+    assert server.wait(timeout=15) == 0
+    assert time.monotonic() - started <= 5
+
+
 def answers_of(stdout: bytes) -> dict[int, dict]:
     messages = [json.loads(line) for line in stdout.splitlines()]
     assert all(message["jsonrpc"] == "2.0" and "id" in message for message in messages), messages
@@ -217,8 +226,7 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
 def test_an_unreadable_answer_to_the_confirmation_question_is_a_failed_confirmation(root, answer):
     # The SDK cannot read an elicitation result that is not an object; it reaches the waiting question as the
     # client's error, so the call is answered "not confirmed" at once, not when the question expires (600 s).
-    declaration = "name: asks\ndescription: Runs.\nmcp-host:\n  version: 1\n  run:\n    - script: run.py\n      interpreter: python3\n"
-    write_skill(root, "asks", declaration, files={"run.py": "print('ran')\n"})
+    write_skill(root, "asks", ASKING_SKILL, files={"run.py": "print('ran')\n"})
     with running(MODULE, clean_environ(SKILLS_DIR=str(root))) as client:
         client.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
                                       "clientInfo": {"name": "c", "version": "0"}})  # fmt: skip
@@ -243,8 +251,7 @@ def test_an_unreadable_answer_to_the_confirmation_question_is_a_failed_confirmat
 def test_a_client_that_never_reads_stderr_is_still_answered_and_the_server_still_exits(root, ending):
     # 400 previews log 800 lines, far past the 64 KiB a pipe holds: a blocking log write would stop the event
     # loop (no answers, no signal handled, no exit); the lines past the backlog are dropped instead.
-    declaration = "name: asks\ndescription: Runs.\nmcp-host:\n  version: 1\n  run:\n    - script: run.py\n      interpreter: python3\n"
-    write_skill(root, "asks", declaration, files={"run.py": "print('ran')\n"})
+    write_skill(root, "asks", ASKING_SKILL, files={"run.py": "print('ran')\n"})
     server = subprocess.Popen(
         MODULE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=clean_environ(SKILLS_DIR=str(root), MCP_CONFIRM_ELICITATION="off"),
@@ -268,9 +275,7 @@ def test_a_client_that_never_reads_stderr_is_still_answered_and_the_server_still
             server.stdin.close()
         else:
             server.send_signal(signal.SIGTERM)
-        started = time.monotonic()
-        assert server.wait(timeout=15) == 0
-        assert time.monotonic() - started <= 5
+        assert_exits_zero_within_5_seconds(server)
     finally:
         server.kill()
         server.stderr.close()
@@ -286,9 +291,7 @@ def test_refused_requests_a_client_never_reads_do_not_hold_the_exit(tree):
         refused = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping","params":[]}\n' % index for index in range(800))
         server.stdin.write(HANDSHAKE_LINES + refused)
         server.stdin.close()
-        started = time.monotonic()
-        assert server.wait(timeout=15) == 0
-        assert time.monotonic() - started <= 5
+        assert_exits_zero_within_5_seconds(server)
     finally:
         server.kill()
         server.stdout.close()
