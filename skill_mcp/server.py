@@ -88,8 +88,8 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         if (violation := schema_violation(name, arguments)) is not None:
             if name == "skill_run":  # §9.1 step 1: a run refused, logged as the later steps' refusals are
                 fields = arguments if isinstance(arguments, dict) else {}
-                named = {key: value if isinstance(value, str) else None for key in ("name", "script") for value in [fields.get(key)]}
-                log.warning("run.refused", skill=named["name"], script=named["script"], reason="bad-arguments")
+                skill, script = (value if isinstance(value, str) else None for value in (fields.get("name"), fields.get("script")))
+                log.warning("run.refused", skill=skill, script=script, reason="bad-arguments")
             return text_result(violation, is_error=True)
         try:
             if name == "skill_run":

@@ -1,0 +1,95 @@
+"""What to say about a line the SDK's stdio reader could not read as an MCP message (SPEC §5.1 lets it drop
+such lines): its JSON-RPC error, and whose id it carries, so a client waiting on that id gets an answer."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.dispatcher import as_request_id
+from mcp_types import RequestId
+from pydantic import ValidationError
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A line the SDK's stdio reader refused: the JSON-RPC error that says why, and, when one can be read, the id
+    of the client's request it was, or of the server's request it answers."""
+
+    error: types.ErrorData
+    request_id: RequestId | None = None
+    answer_to: RequestId | None = None
+
+
+def unreadable_message(error: Exception) -> Unreadable:
+    """What was wrong with a line the SDK's stdio reader refused (`error`, its pydantic error)."""
+    message: Any = None
+    details = error.errors(include_url=False) if isinstance(error, ValidationError) else []
+    for detail in details:
+        if detail["type"] == "json_invalid":
+            try:  # Python's parser takes some of what pydantic's refuses, enough to read the request's id
+                message = json.loads(detail["input"])
+            except RecursionError:
+                return Unreadable(types.ErrorData(code=types.PARSE_ERROR, message="the message nests deeper than the server reads"))
+            except (TypeError, ValueError):
+                return Unreadable(types.ErrorData(code=types.PARSE_ERROR, message=f"the line is not JSON: {detail['msg']}"))
+            refusal = types.ErrorData(code=types.PARSE_ERROR, message=f"the message is not strict JSON: {_why_not_strict(message, detail['msg'])}")
+            break
+        if _is_the_message(detail):
+            message = detail["input"]
+            refusal = _invalid_request(message)
+            break
+    else:
+        return Unreadable(types.ErrorData(code=types.INVALID_REQUEST, message="the line is not a JSON-RPC 2.0 message"))
+    message_id = as_request_id(message.get("id")) if isinstance(message, dict) else None
+    if isinstance(message_id, str) and not _encodes(message_id):
+        message_id = None  # an id no answer could carry back
+    if message_id is None:
+        return Unreadable(refusal)
+    if "method" in message:
+        return Unreadable(refusal, request_id=message_id)
+    if "result" in message or "error" in message:
+        return Unreadable(refusal, answer_to=message_id)
+    return Unreadable(refusal)
+
+
+def _is_the_message(detail: Any) -> bool:
+    """Whether a pydantic error of the message union holds the whole message as its input: an error at one of
+    the four shapes itself, or a field missing from one; an error at a field holds that field's value."""
+    location = detail["loc"]
+    at_the_message = len(location) == 1 or (len(location) == 2 and detail["type"] == "missing")
+    return at_the_message and isinstance(detail.get("input"), dict)
+
+
+def _why_not_strict(message: Any, parser_said: str) -> str:
+    if _encodes(message):
+        return parser_said
+    return "a string in it holds a lone surrogate escape (\\ud800-\\udfff), which is no character"
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def _invalid_request(message: dict[str, Any]) -> types.ErrorData:
+    if "method" not in message:
+        shape = "a valid response" if "result" in message or "error" in message else "a request or a response"
+        return types.ErrorData(code=types.INVALID_REQUEST, message=f"the message is not {shape}")
+    if message.get("jsonrpc") != "2.0":
+        return types.ErrorData(code=types.INVALID_REQUEST, message='invalid request: "jsonrpc" must be "2.0"')
+    if not isinstance(message["method"], str):
+        return types.ErrorData(code=types.INVALID_REQUEST, message='invalid request: "method" must be a string')
+    if not isinstance(message.get("params", {}), dict):
+        kind = _JSON_KINDS.get(type(message["params"]), "no object")
+        text = f'invalid params: "params" must be an object, whose members name the parameters, not {kind}'
+        return types.ErrorData(code=types.INVALID_PARAMS, message=text)
+    return types.ErrorData(code=types.INVALID_REQUEST, message="invalid request: it is not a JSON-RPC 2.0 request")

@@ -1,0 +1,51 @@
+"""What the server says about a line the SDK's stdio reader refuses (skill_mcp/unreadable.py); the wire itself is
+tested in test_stdio.py."""
+
+from __future__ import annotations
+
+import mcp_types as types
+import pytest
+from pydantic import ValidationError
+
+from skill_mcp.unreadable import Unreadable, unreadable_message
+
+
+def refused(line: str) -> Unreadable:
+    with pytest.raises(ValidationError) as raised:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    return unreadable_message(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "request_id", "answer_to", "code"),
+    [
+        ('{"jsonrpc":"2.0","id":1,"method":"ping","params":[]}', 1, None, types.INVALID_PARAMS),
+        ('{"jsonrpc":"2.0","id":"a","method":"ping","params":"x"}', "a", None, types.INVALID_PARAMS),
+        ('{"jsonrpc":"1.0","id":2,"method":"ping"}', 2, None, types.INVALID_REQUEST),
+        ('{"jsonrpc":"2.0","id":3,"method":{"method":"x","id":99}}', 3, None, types.INVALID_REQUEST),
+        ('{"jsonrpc":{"method":"m","id":96},"id":4,"method":"ping"}', 4, None, types.INVALID_REQUEST),
+        ('{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":"\\ud800"}}', 5, None, types.PARSE_ERROR),
+        ('{"jsonrpc":"2.0","id":6,"result":null}', None, 6, types.INVALID_REQUEST),
+        ('{"jsonrpc":"2.0","id":true,"method":"ping","params":[]}', None, None, types.INVALID_PARAMS),
+        ('{"jsonrpc":"2.0","id":"\\udc80","method":"ping","params":[]}', None, None, types.PARSE_ERROR),
+        ('{"jsonrpc":"2.0","method":"notifications/initialized","params":[1]}', None, None, types.INVALID_PARAMS),
+        ('{"jsonrpc":"2.0","id":7,"method":"ping","params":' + "[" * 5000 + "]" * 5000 + "}", None, None, types.PARSE_ERROR),
+        ("garbage", None, None, types.PARSE_ERROR),
+        ("[1, 2]", None, None, types.INVALID_REQUEST),
+    ],
+)
+def test_only_a_request_or_an_answer_whose_own_id_can_be_read_is_named(line, request_id, answer_to, code):
+    unreadable = refused(line)
+    assert (unreadable.request_id, unreadable.answer_to, unreadable.error.code) == (request_id, answer_to, code)
+    assert unreadable.error.message
+
+
+def test_the_reason_names_what_is_wrong():
+    assert refused('{"jsonrpc":"2.0","id":1,"method":"ping","params":[]}').error.message == (
+        'invalid params: "params" must be an object, whose members name the parameters, not an array'
+    )
+    assert refused('{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\\ud800"}}').error.message == (
+        "the message is not strict JSON: a string in it holds a lone surrogate escape (\\ud800-\\udfff), "
+        "which is no character"
+    )
+    assert refused('{"jsonrpc":"2.0","id":6,"result":null}').error.message == "the message is not a valid response"
