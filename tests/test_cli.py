@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from conftest import make_skill
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
-from support import payload
+from support import fails_after, payload
 
 from skill_mcp.config import BUNDLED_ROOT
 from skill_mcp.limits import MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
@@ -519,6 +520,9 @@ def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhe
 # --- stderr, which logs and notes use and nothing may stop the server through ---------------------
 
 
+F_GETPIPE_SZ = 1032  # Linux fcntl
+
+
 class _FullPipe:
     """A stream whose first write finds its (non-blocking) pipe full."""
 
@@ -570,20 +574,28 @@ def test_once_stderrs_reader_is_gone_its_descriptor_becomes_dev_null() -> None:
 
 def test_a_stderr_nobody_reads_holds_up_no_write_and_lines_past_the_backlog_are_dropped() -> None:
     read_end, write_end = os.pipe()
+    stream = open(write_end, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
     try:
-        with open(write_end, "w", buffering=1, encoding="utf-8", closefd=False) as stream:
-            stderr = BackgroundStderr(stream)
-            line = "x" * 1023 + "\n"
+        stderr = BackgroundStderr(stream)
+        line = "x" * 1023 + "\n"
+        with fails_after(10):
             for _ in range(BACKLOG_LINES + 200):  # 4 MiB, where the pipe takes 64 KiB: not one write blocks
                 stderr.write(line)
-            stderr.drain(0.2)  # gives up: the writer is stuck on the full pipe
-            seen = 0
-            os.set_blocking(read_end, False)
-            with contextlib.suppress(BlockingIOError):
-                while chunk := os.read(read_end, 1 << 20):
-                    seen += len(chunk)
-                    time.sleep(0.01)
-            assert seen <= (BACKLOG_LINES + 1) * len(line)  # the rest was dropped, never queued
+        stderr.drain(0.2)  # gives up: the writer is stuck on the full pipe
+        seen, idle = 0, 0
+        os.set_blocking(read_end, False)
+        while idle < 20:  # read until the writer has had nothing more for a while
+            try:
+                seen += len(os.read(read_end, 1 << 20))
+                idle = 0
+            except BlockingIOError:
+                idle += 1
+                time.sleep(0.02)
+        # What the pipe held, then the backlog (and the line in the writer's hands); the rest was dropped.
+        held = fcntl.fcntl(write_end, F_GETPIPE_SZ) + (BACKLOG_LINES + 1) * len(line)
+        assert BACKLOG_LINES * len(line) <= seen <= held
     finally:
-        os.close(read_end)
+        os.close(read_end)  # first: a write still waiting on the pipe now fails (EPIPE) instead
+        with contextlib.suppress(OSError):
+            stream.close()
         os.close(write_end)
