@@ -22,7 +22,7 @@ class BackgroundStderr:
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
-        self._lines: queue.SimpleQueue[str | threading.Event] = queue.SimpleQueue()  # put() is reentrant
+        self._lines: queue.SimpleQueue[str | threading.Event] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._starting = threading.Lock()
         # print() writes a line and its newline apart: they are handed over as one, written in one system call,
