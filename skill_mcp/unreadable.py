@@ -4,6 +4,7 @@ such lines): its JSON-RPC error, and whose id it carries, so a client waiting on
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,10 @@ def unreadable_message(error: Exception) -> Unreadable:
         if detail["type"] == "json_invalid":
             try:  # Python's parser takes some of what pydantic's refuses, enough to read the request's id
                 message = json.loads(detail["input"])
-            except RecursionError:
-                return Unreadable(types.ErrorData(code=types.PARSE_ERROR, message="the message nests deeper than the server reads"))
+            except RecursionError:  # its own top level still names the id
+                message = _top_level(detail["input"])
+                refusal = types.ErrorData(code=types.PARSE_ERROR, message="the message nests deeper than the server reads")
+                break
             except (TypeError, ValueError):
                 return Unreadable(types.ErrorData(code=types.PARSE_ERROR, message=f"the line is not JSON: {detail['msg']}"))
             refusal = types.ErrorData(code=types.PARSE_ERROR, message=f"the message is not strict JSON: {_why_not_strict(message, detail['msg'])}")
@@ -53,6 +56,36 @@ def unreadable_message(error: Exception) -> Unreadable:
     if "result" in message or "error" in message:
         return Unreadable(refusal, answer_to=message_id)
     return Unreadable(refusal)
+
+
+_NESTED = object()  # a member whose value is an object or an array, not read
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _top_level(text: str) -> dict[str, Any]:
+    """The members of the JSON object `text`, read without recursion: flat values as they are, nested ones as
+    _NESTED; {} when `text` is no such object."""
+    if not text.lstrip().startswith("{"):
+        return {}
+    decoder, members, depth, index = json.JSONDecoder(), {}, 0, 0
+    try:
+        while index < len(text):
+            char = text[index]
+            if char == '"':
+                string, index = json.decoder.scanstring(text, index + 1)
+                colon = _WHITESPACE.match(text, index).end()
+                if depth == 1 and text[colon : colon + 1] == ":":
+                    value = _WHITESPACE.match(text, colon + 1).end()
+                    if text[value : value + 1] in ("{", "["):
+                        members[string], index = _NESTED, value
+                    else:
+                        members[string], index = decoder.raw_decode(text, value)
+                continue
+            depth += 1 if char in "{[" else -1 if char in "}]" else 0
+            index += 1
+    except ValueError:
+        return {}
+    return members
 
 
 def _is_the_message(detail: Any) -> bool:

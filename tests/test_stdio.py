@@ -198,7 +198,7 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
         b"garbage",
         b'{"jsonrpc":"2.0","id":45,"method":{"method":"x","id":99}}',  # the id is the message's, not a field's
         b'{"jsonrpc":"2.0","id":46,"result":3}',  # a malformed response: nothing to answer
-        b'{"jsonrpc":"2.0","id":47,"method":"ping","params":' + b"[" * 5000 + b"]" * 5000 + b"}",  # too deep to read
+        b'{"jsonrpc":"2.0","id":47,"method":"ping","params":' + b"[" * 5000 + b"]" * 5000 + b"}",  # too deep to parse
     ]
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         legacy_handshake(client)
@@ -215,9 +215,10 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
         43: {"code": -32700, "message": "the message is not strict JSON: a string in it holds a lone surrogate escape (\\ud800-\\udfff), which is no character"},
         44: {"code": -32600, "message": 'invalid request: "jsonrpc" must be "2.0"'},
         45: {"code": -32600, "message": 'invalid request: "method" must be a string'},
+        47: {"code": -32700, "message": "the message nests deeper than the server reads"},
     }  # fmt: skip
     unreadable = [event for event in client.log_events() if event["event"] == "message.unreadable"]
-    assert [event["requestId"] for event in unreadable] == [41, "42", 43, 44, None, None, None, 45, None, None]
+    assert [event["requestId"] for event in unreadable] == [41, "42", 43, 44, None, None, None, 45, None, 47]
     assert [event["answerTo"] for event in unreadable] == [None] * 8 + [46, None]  # answering nothing pending
     assert all(event["level"] == "warning" and event["problem"] for event in unreadable)
 

@@ -29,7 +29,9 @@ def refused(line: str) -> Unreadable:
         ('{"jsonrpc":"2.0","id":true,"method":"ping","params":[]}', None, None, types.INVALID_PARAMS),
         ('{"jsonrpc":"2.0","id":"\\udc80","method":"ping","params":[]}', None, None, types.PARSE_ERROR),
         ('{"jsonrpc":"2.0","method":"notifications/initialized","params":[1]}', None, None, types.INVALID_PARAMS),
-        ('{"jsonrpc":"2.0","id":7,"method":"ping","params":' + "[" * 5000 + "]" * 5000 + "}", None, None, types.PARSE_ERROR),
+        ('{"jsonrpc":"2.0","id":7,"method":"ping","params":' + "[" * 5000 + "]" * 5000 + "}", 7, None, types.PARSE_ERROR),
+        ('{"jsonrpc":"2.0","params":{"a":' + "[" * 5000 + "]" * 5000 + '},"id":"late","method":"m"}', "late", None, types.PARSE_ERROR),
+        ('{"jsonrpc":"2.0","id":' + "[" * 5000 + "]" * 5000 + ',"method":"m"}', None, None, types.PARSE_ERROR),
         ("garbage", None, None, types.PARSE_ERROR),
         ("[1, 2]", None, None, types.INVALID_REQUEST),
     ],
@@ -49,3 +51,5 @@ def test_the_reason_names_what_is_wrong():
         "which is no character"
     )
     assert refused('{"jsonrpc":"2.0","id":6,"result":null}').error.message == "the message is not a valid response"
+    deep = '{"jsonrpc":"2.0","id":7,"method":"ping","params":' + "[" * 5000 + "]" * 5000 + "}"
+    assert refused(deep).error.message == "the message nests deeper than the server reads"
