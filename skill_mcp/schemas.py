@@ -159,7 +159,7 @@ def sdk_params_violation(method: str, params: Any, errors: list[Any]) -> str:
 
 def _params_problem(params: Any, field: tuple[Any, ...], errors: list[Any]) -> str:
     if not field:
-        return "params is required" if params is None else f"params must be an object, not {_json_type(params)}"
+        return "params is required" if params is None else f"params must be an object, not {json_type(params)}"
     # How deep the path goes into what the client sent: past that, pydantic names union members, not fields.
     sent, value = 0, params
     while sent < len(field) and (inner := _child(value, field[sent])) is not _ABSENT:
@@ -170,13 +170,13 @@ def _params_problem(params: Any, field: tuple[Any, ...], errors: list[Any]) -> s
         return f"{quoted(_dotted(field))} is required"
     if sent == len(field):
         if kind in _PYDANTIC_EXPECTED:
-            return f"{label} must be {_PYDANTIC_EXPECTED[kind]}, not {_json_type(value)}"
+            return f"{label} must be {_PYDANTIC_EXPECTED[kind]}, not {json_type(value)}"
         return f"{label}: {errors[0]['msg']}"
     # A union: one error per member tried, each located at the member's name right under the part sent.
     members = [error["type"] for error in errors if tuple(error["loc"])[:-1] == field[:sent]]
     if members and all(kind in _PYDANTIC_EXPECTED for kind in members):
         accepted = " or ".join(dict.fromkeys(_PYDANTIC_EXPECTED[kind] for kind in members))
-        return f"{label} must be {accepted}, not {_json_type(value)}"
+        return f"{label} must be {accepted}, not {json_type(value)}"
     return f"{label} matches none of the forms this method accepts"
 
 
@@ -196,7 +196,7 @@ def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
     label = f'"{where}"' if where else "arguments"
     expected = schema["type"]
     if not isinstance(value, _JSON_TYPES[expected]):
-        return f"{label} must be {'an' if expected[0] in 'ao' else 'a'} {expected}, not {_json_type(value)}"
+        return f"{label} must be {'an' if expected[0] in 'ao' else 'a'} {expected}, not {json_type(value)}"
     if expected == "string" and len(value) < schema.get("minLength", 0):
         return f"{label} must not be empty"
     if expected == "array":
@@ -221,7 +221,7 @@ def _violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
     return None
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -13,6 +13,8 @@ from mcp.shared.dispatcher import as_request_id
 from mcp_types import RequestId
 from pydantic import ValidationError
 
+from .schemas import json_type
+
 
 @dataclass(frozen=True, slots=True)
 class Unreadable:
@@ -110,9 +112,6 @@ def _encodes(value: Any) -> bool:
     return True
 
 
-_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
-
-
 def _invalid_request(message: dict[str, Any]) -> types.ErrorData:
     if "method" not in message:
         shape = "a valid response" if "result" in message or "error" in message else "a request or a response"
@@ -122,7 +121,6 @@ def _invalid_request(message: dict[str, Any]) -> types.ErrorData:
     if not isinstance(message["method"], str):
         return types.ErrorData(code=types.INVALID_REQUEST, message='invalid request: "method" must be a string')
     if not isinstance(message.get("params", {}), dict):
-        kind = _JSON_KINDS.get(type(message["params"]), "no object")
-        text = f'invalid params: "params" must be an object, whose members name the parameters, not {kind}'
+        text = f'invalid params: "params" must be an object, whose members name the parameters, not {json_type(message["params"])}'
         return types.ErrorData(code=types.INVALID_PARAMS, message=text)
     return types.ErrorData(code=types.INVALID_REQUEST, message="invalid request: it is not a JSON-RPC 2.0 request")

@@ -523,15 +523,16 @@ def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhe
 F_GETPIPE_SZ = 1032  # Linux fcntl
 
 
-class _FullPipe:
-    """A stream whose first write finds its (non-blocking) pipe full."""
+class _Pipe:
+    """A stream recording each write it gets; `full_at_first`: its first write finds the (non-blocking) pipe full."""
 
-    def __init__(self) -> None:
+    def __init__(self, full_at_first: bool = False) -> None:
         self.written: list[str] = []
+        self._full = full_at_first
 
     def write(self, text: str) -> int:
-        if not self.written:
-            self.written.append("")
+        if self._full:
+            self._full = False
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
         self.written.append(text)
         return len(text)
@@ -542,22 +543,21 @@ class _FullPipe:
 
 def test_a_line_printed_in_pieces_is_written_whole() -> None:
     # print() writes the text and its newline apart; written apart, another writer of fd 2 could split the line.
-    calls = _FullPipe()
-    calls.written.append("")  # never full
-    stderr = BackgroundStderr(calls)
+    pipe = _Pipe()
+    stderr = BackgroundStderr(pipe)
     print('{"event": "boot"}', file=stderr, flush=True)
     stderr.write("no newline yet")
     stderr.drain(5)
-    assert calls.written == ["", '{"event": "boot"}\n', "no newline yet"]
+    assert pipe.written == ['{"event": "boot"}\n', "no newline yet"]
 
 
 def test_a_log_line_that_cannot_be_written_is_dropped_and_the_next_one_still_goes_out() -> None:
-    full = _FullPipe()
+    full = _Pipe(full_at_first=True)
     stderr = BackgroundStderr(full)
     assert stderr.write("first\n") == len("first\n")
     stderr.write("second\n")
     stderr.drain(5)
-    assert full.written == ["", "second\n"]
+    assert full.written == ["second\n"]
 
 
 def test_once_stderrs_reader_is_gone_its_descriptor_becomes_dev_null() -> None:
