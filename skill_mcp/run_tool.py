@@ -37,8 +37,9 @@ from .runner import (
     run_process,
     script_environment,
 )
+from .schemas import schema_violation
 from .server import failure_result, text_result
-from .text import json_for_people, quoted_path
+from .text import cut, json_for_people, quoted_path
 from .tools import ToolFailure, find_skill, minified, runnable_interpreters, unavailable_reason, unreadable
 
 
@@ -101,9 +102,12 @@ class RunService:
 
     # --- entry points -------------------------------------------------------------------------
 
-    async def call(
-        self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]
-    ) -> dict[str, Any] | types.InputRequiredResult:
+    async def call(self, ctx: ServerRequestContext[Any], arguments: Any) -> dict[str, Any] | types.InputRequiredResult:
+        """`arguments` as the client sent them (any JSON value); every step of §9.1 runs here, in order."""
+        if (violation := schema_violation("skill_run", arguments)) is not None:
+            fields = arguments if isinstance(arguments, dict) else {}
+            self._log_refused(fields.get("name"), fields.get("script"), "bad-arguments")
+            return text_result(violation, is_error=True)
         name, script = arguments["name"], arguments["script"]
         try:
             draft = self._preview_stage(name, script, tuple(arguments.get("args", ())))
@@ -343,11 +347,16 @@ class RunService:
     # --- running (§9.1 steps 10-11) ---------------------------------------------------------------
 
     def _refused(self, name: str, script: str, refused: Refused) -> dict[str, Any]:
-        self._log.warning("run.refused", skill=name, script=script, reason=refused.reason)
+        self._log_refused(name, script, refused.reason)
         return failure_result(refused)
 
+    def _log_refused(self, skill: object, script: object, reason: str) -> None:
+        # The caller chose these strings: a megabyte name is cut, a non-string one is not shown.
+        shown = [cut(value) if isinstance(value, str) else None for value in (skill, script)]
+        self._log.warning("run.refused", skill=shown[0], script=shown[1], reason=reason)
+
     def _busy_refusal(self, draft: Draft) -> dict[str, Any]:
-        self._log.warning("run.refused", skill=draft.skill.name, script=draft.entry.script, reason="busy")
+        self._log_refused(draft.skill.name, draft.entry.script, "busy")
         return failure_result(
             ToolFailure(
                 "another skill script is already in flight on this server; nothing was run",
@@ -401,7 +410,7 @@ class RunService:
         try:
             outcome = await run_process(argv, draft.skill.real_dir, env, timeout_ms, limits, on_start=started)
         except SpawnFailed as failed:
-            self._log.warning("run.refused", skill=draft.skill.name, script=entry.script, reason="spawn-failed")
+            self._log_refused(draft.skill.name, entry.script, "spawn-failed")
             return failure_result(
                 ToolFailure(
                     f"could not start {quoted_path(entry.script)}: {failed}",

@@ -39,7 +39,7 @@ BEFORE_THE_SESSION = (
 )
 # tools/call arguments that are not an object, which the SDK's model refuses: handed to call_tool this way
 _NON_OBJECT_ARGUMENTS: ContextVar[Any] = ContextVar("non_object_arguments", default=None)
-RunTool = Callable[[ServerRequestContext[Any], dict[str, Any]], Awaitable[dict[str, Any] | types.InputRequiredResult]]
+RunTool = Callable[[ServerRequestContext[Any], Any], Awaitable[dict[str, Any] | types.InputRequiredResult]]
 
 
 def text_result(text: str, *, is_error: bool = False) -> dict[str, Any]:
@@ -85,15 +85,11 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         arguments = _NON_OBJECT_ARGUMENTS.get()
         if arguments is None:
             arguments = params.arguments or {}
-        if (violation := schema_violation(name, arguments)) is not None:
-            if name == "skill_run":  # §9.1 step 1: a run refused, logged as the later steps' refusals are
-                fields = arguments if isinstance(arguments, dict) else {}
-                skill, script = (value if isinstance(value, str) else None for value in (fields.get("name"), fields.get("script")))
-                log.warning("run.refused", skill=skill, script=script, reason="bad-arguments")
-            return text_result(violation, is_error=True)
         try:
-            if name == "skill_run":
+            if name == "skill_run":  # it checks its own arguments (§9.1 step 1) and logs a refusal
                 return await run_tool(ctx, arguments)
+            if (violation := schema_violation(name, arguments)) is not None:
+                return text_result(violation, is_error=True)
             if name not in BOOT_TIME_TOOLS:
                 return text_result(minified(READ_TOOLS[name](deployment, arguments)))
             key = (name, arguments.get("name"))  # the arguments passed the schema: at most a skill name

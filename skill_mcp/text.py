@@ -21,8 +21,12 @@ def quoted(text: str, limit: int = _SHOWN_CHARS) -> str:
     """JSON-quoted, so a quote or a newline in it cannot pass for our own words (a forged "Hint:"), and cut to
     `limit` characters, so a megabyte name is not echoed whole. A lone surrogate (a non-UTF-8 file name) is
     escaped, so the message itself stays encodable."""
-    shown = text if len(text) <= limit else text[:limit] + "…"
-    return encodable(json.dumps(shown, ensure_ascii=False))
+    return encodable(json.dumps(cut(text, limit), ensure_ascii=False))
+
+
+def cut(text: str, limit: int = _SHOWN_CHARS) -> str:
+    """`text` cut to `limit` characters, marked with "…" when cut."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def quoted_path(text: str) -> str:

@@ -407,18 +407,18 @@ async def test_an_unexpected_failure_in_a_method_is_internal_error(deployment, e
     ]
 
 
-async def test_skill_run_argument_errors_come_before_any_run(deployment, era):
+async def test_skill_run_arguments_reach_the_run_tool_as_sent(deployment, era):
+    # The run tool owns every step of §9.1, argument validation included (test_run_tool.py checks its refusals).
     calls: list[dict] = []
 
     async def recording_run(ctx, arguments):
         calls.append(arguments)
-        raise AssertionError("must not be reached")
+        return {"content": [], "isError": True, "resultType": "complete"}
 
-    server_deployment = deployment
-    async with connect(server_deployment, era, run_tool=recording_run) as client:
-        text = error_text(await client.call_tool("skill_run", {"name": "alpha", "script": "x", "args": ["a"] * 65}))
-    assert text == 'invalid arguments for skill_run: "args" must have at most 64 items (got 65)'
-    assert calls == []
+    sent = {"name": "alpha", "script": "x", "args": ["a"] * 65}
+    async with connect(deployment, era, run_tool=recording_run) as client:
+        await client.call_tool("skill_run", sent)
+    assert calls == [sent]
 
 
 # --- prompts (§8.1) ---------------------------------------------------------------------------------------

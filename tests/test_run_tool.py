@@ -430,6 +430,19 @@ async def test_arguments_the_schema_refuses_are_a_logged_run_refusal_naming_only
     assert fence.runs() == []
 
 
+async def test_a_refusal_logs_a_caller_supplied_name_cut_to_120_characters(fence: Fence) -> None:
+    service = fence.service()
+    with capture_logs() as logs:
+        async with connect(service.deployment, "legacy", service.call) as client:
+            unknown = await client.call_tool("skill_run", {"name": "n" * 5000, "script": "s" * 5000})
+            malformed = await client.call_tool("skill_run", {"name": "n" * 5000, "script": "s" * 5000, "args": "x"})
+    assert unknown.is_error and malformed.is_error
+    assert [(e["reason"], e["skill"], e["script"]) for e in events(logs)] == [
+        ("unknown-skill", "n" * 120 + "…", "s" * 120 + "…"),
+        ("bad-arguments", "n" * 120 + "…", "s" * 120 + "…"),
+    ]
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_exactly_8192_argument_bytes_run(fence: Fence, era: str) -> None:
     args = ["x" * 4096, "é" * 2048]  # 4096 + 4096 UTF-8 bytes
@@ -1535,13 +1548,12 @@ async def test_the_resolve_check_comes_before_the_argument_caps(fence: Fence, er
     assert fence.runs() == []
 
 
-async def test_more_than_64_arguments_are_refused_by_the_run_path_itself(fence: Fence) -> None:
-    # On the wire the schema's maxItems answers first; the run path keeps its own cap and message (§9.1 step 7)
-    # for any caller that reaches it without the schema.
-    result = await fence.service().call(None, call(args=["a"] * 65))  # type: ignore[arg-type]
-    assert result["isError"] is True  # the result as the SDK will validate and send it
-    assert result["content"] == [{"type": "text", "text": f"too many arguments: 65, the cap is 64\n\nHint: {ARGS_HINT}"}]
-    assert fence.runs() == []
+def test_more_than_64_arguments_are_refused_by_the_argument_check_itself() -> None:
+    # On the wire the schema's maxItems answers first (step 1); step 7 keeps its own cap and message, so the cap
+    # does not rest on the published schema alone.
+    with pytest.raises(run_tool.Refused) as refused:
+        run_tool._check_arguments(("a",) * 65)
+    assert refused.value.text() == f"too many arguments: 65, the cap is 64\n\nHint: {ARGS_HINT}"
 
 
 @pytest.mark.parametrize("era", ERAS)
