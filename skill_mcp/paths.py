@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from skill_mcp.limits import MAX_PATH_CHARS
-from skill_mcp.text import quoted, quoted_path
+from skill_mcp.text import os_error_text, quoted, quoted_path
 
 PATH_HINT = (
     "Paths are relative to the skill's own directory: plain segments separated by \"/\", "
@@ -236,8 +236,8 @@ class SkillDir:
             return self._open_by_real_path(rel, path)
         try:
             handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            raise self._not_a_file(rel) from None
+        except OSError as error:
+            raise self._not_a_file(rel, error) from None
         try:
             real, status = _descriptor_path(handle), os.fstat(handle)
             self._check(rel, real, status)
@@ -285,8 +285,8 @@ class SkillDir:
         try:
             real = real_path(path)
             status = os.stat(real)
-        except OSError:
-            raise self._not_a_file(rel) from None
+        except OSError as error:
+            raise self._not_a_file(rel, error) from None
         self._check(rel, real, status)
         # Opened by its checked real path: O_NOFOLLOW refuses a final link swapped in since, and a file swapped in is
         # checked again. A directory on the way swapped for a link is followed by the open, so the path must still
@@ -316,6 +316,11 @@ class SkillDir:
             "A file or symlink may only be read from inside its own skill.",
         )
 
-    def _not_a_file(self, rel: str) -> PathRefused:
+    def _not_a_file(self, rel: str, error: OSError) -> PathRefused:
         self.check_in_place()  # an unreadable or moved directory is reported as such
+        if error.errno in (errno.EACCES, errno.EPERM):  # there may well be a file: say what stands in the way
+            return PathRefused(
+                f"{quoted_path(rel)} is not a file in this skill that the server can reach: {os_error_text(error)}",
+                "The server's user must be allowed to enter every directory on the way to the file.",
+            )
         return PathRefused(f"{quoted_path(rel)} is not a file in this skill", "Call skill_load for the exact files.")

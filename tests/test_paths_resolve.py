@@ -1,10 +1,11 @@
 """The resolve check against real files and links (SPEC §6.2, §17 items 75–77)."""
 
 import os
+import shutil
 import stat
 
 import pytest
-from support import fails_after, mount_namespace, resolve_in_skill
+from support import as_unprivileged, fails_after, mount_namespace, resolve_in_skill, world_readable_dir
 
 from skill_mcp import paths
 from skill_mcp.paths import PATH_HINT, PathRefused, SkillDir, describe_refusal, path_refusal
@@ -157,6 +158,26 @@ def test_missing_and_broken_paths_are_not_files_in_this_skill(layout, rel):
     refused = refusal(skill, rel)
     assert refused.message == f'"{rel}" is not a file in this skill'
     assert "skill_load" in refused.hint
+
+
+def test_a_file_behind_a_directory_the_server_may_not_enter_says_so():
+    # The file is there; "not a file in this skill" alone would send the reader looking for a typo.
+    skill = world_readable_dir() / "skill"
+    (skill / "private").mkdir(parents=True, mode=0o700)
+    (skill / "private" / "guide.md").write_text("guide")
+    try:
+        refused = as_unprivileged(lambda: refusal_text(skill, "private/guide.md"))
+    finally:
+        shutil.rmtree(skill.parent)
+    assert refused == (
+        '"private/guide.md" is not a file in this skill that the server can reach: Permission denied',
+        "The server's user must be allowed to enter every directory on the way to the file.",
+    )
+
+
+def refusal_text(skill_dir, rel) -> tuple[str, str]:
+    refused = refusal(skill_dir, rel)
+    return refused.message, refused.hint
 
 
 def test_unreadable_skill_directory(layout):
