@@ -39,7 +39,7 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
     seen_dirs: set[str] = set()
     scanned_dirs: set[str] = set()
     for root in roots:
-        scan = _collect(root, seen_dirs, scanned_dirs)
+        scan = _scan_root(root, seen_dirs, scanned_dirs)
         problems += scan.problems
         problems += scan.missing_skill_md
         for real_dir in scan.candidates:
@@ -81,10 +81,10 @@ class _RootScan:
     candidates: list[str] = field(default_factory=list)
 
 
-def _collect(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootScan:
-    """§3.2: resolve the root, then layout A, or layouts B and C. A root another root reported as a
-    directory without SKILL.md is still scanned: only a skill already read, or a directory already scanned for
-    skills (as a root or as a root's `skills`), is not, so each of its entries is reported once."""
+def _scan_root(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootScan:
+    """§3.2: resolve the root, then layout A, or layouts B and C. A skill already read and a directory already
+    scanned for skills are skipped, so each entry is reported once; a root that another root only reported as
+    lacking a SKILL.md is still scanned."""
     scan = _RootScan()
     try:
         real_root = real_path(root)

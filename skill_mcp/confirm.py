@@ -64,12 +64,16 @@ def confirm_key(
     random_bytes: Callable[[int], bytes] = os.urandom,
 ) -> ConfirmKey:
     """The token key (SPEC §11.6); arguments are already through the unset rule (None = unset)."""
-    # The variable's own bytes: one that is not UTF-8 (random bytes) reached Python as lone surrogates.
     if secret is not None:
-        return ConfirmKey(hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest(), True)
+        return ConfirmKey(_stable_key(secret), True)
     if host_secret is not None and _is_absolute(data_dir):
-        return ConfirmKey(hashlib.sha256(host_secret.encode("utf-8", "surrogateescape")).digest(), True)
+        return ConfirmKey(_stable_key(host_secret), True)
     return ConfirmKey(random_bytes(32), False)
+
+
+def _stable_key(secret: str) -> bytes:
+    # The variable's own bytes: one that is not UTF-8 (random bytes) reached Python as lone surrogates.
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
 
 
 def _is_absolute(data_dir: str | None) -> TypeGuard[str]:

@@ -1,4 +1,5 @@
-"""Bounded reads, text-or-base64 encoding and media types (SPEC §6.3–6.5)."""
+"""Bounded reads, streamed digests, text-or-base64 encoding and media types (SPEC §6.3–6.5), and the heap setting
+that keeps a large read's buffers cheap."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ import re
 import resource
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from skill_mcp.text import os_error_text
 

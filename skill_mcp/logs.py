@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from .deployment import Deployment
     from .hardening import ScrubResult
 
+_READY_NAMES_SHOWN = 8  # skills the `ready` line names before "…"
+
 
 def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None) -> None:
     """`level` is one of config.LOG_LEVELS, `fmt` json or console (config validated both)."""
@@ -108,7 +110,8 @@ def log_ready(log: Any, deployment: Deployment) -> None:
     """The line for people, once the server listens for signals and its client (a signal from here on logs
     `shutdown`)."""
     skills = deployment.skills
-    names = ", ".join(skill.name for skill in skills[:8]) + (", …" if len(skills) > 8 else "")
+    names = ", ".join(skill.name for skill in skills[:_READY_NAMES_SHOWN])
+    names += ", …" if len(skills) > _READY_NAMES_SHOWN else ""
     log.info(
         "ready",
         message=f"skill-mcp {VERSION} serves {len(skills)} skill(s)"

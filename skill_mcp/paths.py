@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from skill_mcp.limits import MAX_PATH_CHARS
-from skill_mcp.text import os_error_text, quoted, quoted_path
+from skill_mcp.text import encodes_as_utf8, os_error_text, quoted, quoted_path
 
 PATH_HINT = (
     "Paths are relative to the skill's own directory: plain segments separated by \"/\", "
@@ -27,9 +27,7 @@ def path_refusal(rel: object) -> str | None:
         return f"it is longer than {MAX_PATH_CHARS} characters"
     if "\0" in rel:
         return "it contains a NUL byte"
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:
+    if not encodes_as_utf8(rel):
         return "it is not valid UTF-8"
     if "\\" in rel:
         return "it contains a backslash"
@@ -187,15 +185,11 @@ def _real_dir(path: str) -> str:
 
 
 class SkillDir:
-    """A skill's directory; every file is checked as it is opened (§6.2).
+    """A skill's directory, given as the real path discovery found; every file is checked as it is opened (§6.2).
 
-    Callers pass the real path discovery found. A file whose real path lies under it is inside, with no
-    further system call: a path with a symlink in it is never a prefix of a real path, so this holds exactly
-    while that path is still the directory's real path. Otherwise the directory is resolved now, once per
-    request: when it no longer resolves to itself (it, or a directory above it, was swapped for a link since
-    boot) nothing in it is served, since the link could lead anywhere; a file that cannot be found does the same
-    to tell an unreadable or moved directory from a missing file. The usual file, regular and reached through
-    no link at all, is opened first in three system calls (`_open_link_free`); anything else takes the full check.
+    A file whose real path lies under that path is inside with no further system call (a path with a link in it
+    is never a prefix of a real path). Otherwise the directory is resolved once more: if it was moved or swapped
+    for a link since boot, nothing in it is served, since the link could lead anywhere.
     """
 
     def __init__(self, skill_dir: str) -> None:

@@ -38,9 +38,17 @@ from .runner import (
     script_environment,
 )
 from .schemas import schema_violation
-from .server import failure_result, text_result
-from .text import cut, json_for_people, quoted_path
-from .tools import ToolFailure, find_skill, minified, runnable_interpreters, unavailable_reason, unreadable
+from .text import cut, encodes_as_utf8, json_for_people, quoted_path
+from .tools import (
+    ToolFailure,
+    failure_result,
+    find_skill,
+    minified,
+    read_error_text,
+    runnable_interpreters,
+    text_result,
+    unavailable_reason,
+)
 
 
 class Refused(ToolFailure):
@@ -166,23 +174,7 @@ class RunService:
                 "so this deployment cannot run it",
                 "The skill's instructions remain available via skill_load.",
             )
-        try:
-            fd, real_script, _ = SkillDir(skill.real_dir).open(script)
-            try:
-                script_sha256, _ = sha256_fd(fd, MAX_SCRIPT_BYTES)
-            finally:
-                os.close(fd)
-        except PathRefused as refused:
-            raise Refused("path-refused", refused.message, refused.hint) from None
-        except FileTooLarge:
-            raise Refused(
-                "path-refused",
-                f"{quoted_path(script)} is more than {MAX_SCRIPT_BYTES} bytes, the cap for a script; it is not run",
-                "A script this large is not run here; its skill can ship a smaller entry point.",
-            ) from None
-        except OSError as error:
-            hint = "A script must be a regular file inside its skill that the server's user can read."
-            raise Refused("path-refused", unreadable(script, error), hint) from None
+        real_script, script_sha256 = _hash_script(skill, script)
         _check_arguments(args)
         return Draft(skill, entry, real_script, args, self._will_run(skill, entry, script_sha256, args))
 
@@ -254,7 +246,6 @@ class RunService:
 
     async def _path_elicitation(self, ctx: ServerRequestContext[Any], draft: Draft) -> dict[str, Any]:
         message, schema = confirm.elicitation_question(draft.will_run)
-        decision = "failed"
         try:
             with anyio.fail_after(self.deployment.config.ttl_seconds):
                 answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
@@ -397,16 +388,16 @@ class RunService:
         config = deployment.config
         limits = ChildLimits(config.rlimit_nproc, config.rlimit_as_mb)
         timeout_ms = draft.will_run["timeoutMs"]
+        env_names = sorted(env)
+        started_at = time.monotonic()
 
         def started(pid: int) -> None:
-            self._active = _ActiveRun(draft, pid, sorted(env), started_at)
+            self._active = _ActiveRun(draft, pid, env_names, started_at)
             self._log.info(
                 "run.start", skill=draft.skill.name, script=entry.script, interpreter=entry.interpreter, pid=pid,
-                timeoutMs=timeout_ms, argc=len(draft.args), argvSha256=argv_digest(draft),
-                envNames=sorted(env),
+                timeoutMs=timeout_ms, argc=len(draft.args), argvSha256=argv_digest(draft), envNames=env_names,
             )
 
-        started_at = time.monotonic()
         try:
             outcome = await run_process(argv, draft.skill.real_dir, env, timeout_ms, limits, on_start=started)
         except SpawnFailed as failed:
@@ -418,13 +409,13 @@ class RunService:
                     "inside the skill.",
                 )
             )
-        result = self._result(draft, outcome, sorted(env))
+        result = self._result(draft, outcome, env_names)
         if self._active is not None and not self._claim_end(self._active):
             return text_result(minified(result))  # a shutdown logged this run's end as it killed it
         self._log.info(
             "run.end", skill=draft.skill.name, script=entry.script, exitCode=outcome.exit_code, signal=outcome.signal,
             timedOut=outcome.timed_out, durationMs=outcome.duration_ms, truncated=result["truncated"],
-            stdoutBytes=outcome.stdout_bytes, stderrBytes=outcome.stderr_bytes, env=sorted(env),
+            stdoutBytes=outcome.stdout_bytes, stderrBytes=outcome.stderr_bytes, env=env_names,
         )
         return text_result(minified(result))
 
@@ -504,14 +495,6 @@ def _arg_bytes(args: tuple[str, ...]) -> int:
     return sum(len(arg.encode("utf-8")) for arg in args)  # after _check_arguments: every one encodes
 
 
-def _is_unicode_text(arg: str) -> bool:
-    try:
-        arg.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: no character, so no bytes the preview could have shown
-        return False
-    return True
-
-
 def _preview_json(value: dict[str, Any]) -> str:
     """A result carrying a preview, which the user is shown to approve: written so nothing in it reorders."""
     return json_for_people(minified(value))
@@ -527,10 +510,32 @@ def _check_arguments(args: tuple[str, ...]) -> None:
         raise Refused("bad-arguments", f"too many arguments: {len(args)}, the cap is {MAX_ARGS}", hint)
     if any("\0" in arg for arg in args):
         raise Refused("bad-arguments", "an argument contains a NUL byte", "Arguments are C strings; remove the NUL.")
-    if not all(map(_is_unicode_text, args)):
+    if not all(map(encodes_as_utf8, args)):  # a lone surrogate: no bytes the preview could have shown
         raise Refused(
             "bad-arguments", "an argument is not Unicode text: it holds a lone surrogate", "Pass arguments as text."
         )
     total = _arg_bytes(args)
     if total > MAX_ARG_BYTES:
         raise Refused("bad-arguments", f"arguments total {total} bytes, over the {MAX_ARG_BYTES}-byte cap", hint)
+
+
+def _hash_script(skill: Skill, script: str) -> tuple[str, str]:
+    """The script's real path and the SHA-256 of its bytes, through the resolve check (§9.1 step 6)."""
+    try:
+        fd, real_script, _ = SkillDir(skill.real_dir).open(script)
+        try:
+            script_sha256, _ = sha256_fd(fd, MAX_SCRIPT_BYTES)
+        finally:
+            os.close(fd)
+    except PathRefused as refused:
+        raise Refused("path-refused", refused.message, refused.hint) from None
+    except FileTooLarge:
+        raise Refused(
+            "path-refused",
+            f"{quoted_path(script)} is more than {MAX_SCRIPT_BYTES} bytes, the cap for a script; it is not run",
+            "A script this large is not run here; its skill can ship a smaller entry point.",
+        ) from None
+    except OSError as error:
+        hint = "A script must be a regular file inside its skill that the server's user can read."
+        raise Refused("path-refused", read_error_text(script, error), hint) from None
+    return real_script, script_sha256

@@ -9,8 +9,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from skill_mcp.hardening import ChildLimits, harden_child
 from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST, INTERPRETERS, MAX_OUTPUT_BYTES, RESERVED_SCRIPT_ENV

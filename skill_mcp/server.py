@@ -27,7 +27,7 @@ from .deployment import Deployment
 from .logs import get_logger
 from .schemas import TOOLS, TOOLS_BY_NAME, params_violation, schema_violation, sdk_params_violation
 from .text import quoted
-from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, minified
+from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, failure_result, minified, text_result
 from .version import VERSION
 
 _SDK_BARE_INVALID_PARAMS = "Invalid request parameters"
@@ -40,16 +40,6 @@ BEFORE_THE_SESSION = (
 # tools/call arguments that are not an object, which the SDK's model refuses: handed to call_tool this way
 _NON_OBJECT_ARGUMENTS: ContextVar[Any] = ContextVar("non_object_arguments", default=None)
 RunTool = Callable[[ServerRequestContext[Any], Any], Awaitable[dict[str, Any] | types.InputRequiredResult]]
-
-
-def text_result(text: str, *, is_error: bool = False) -> dict[str, Any]:
-    # A result as a plain dict, as a model dumps it: the SDK validates it against the session's protocol revision
-    # on its way out (a legacy one drops `resultType`), and no model is built and dumped per call.
-    return {"content": [{"type": "text", "text": text}], "isError": is_error, "resultType": "complete"}
-
-
-def failure_result(failure: ToolFailure) -> dict[str, Any]:
-    return text_result(failure.text(), is_error=True)
 
 
 def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:

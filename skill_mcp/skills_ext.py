@@ -79,7 +79,7 @@ def _resource_paths(skill: Skill) -> list[str]:
 
 
 def _digests(skill: Skill) -> list[dict[str, Any]] | str:
-
+    """Each resource's digest and size, hashed now; DYNAMIC when the skill is too large to hash or a read fails."""
     paths = _resource_paths(skill)
     if (
         skill.file_limit_hit
@@ -104,7 +104,6 @@ def _digests(skill: Skill) -> list[dict[str, Any]] | str:
 
 def skill_entry(skill: Skill) -> dict[str, Any]:
     """`{uri, frontmatter, resources}`, digests computed now, streamed, through the resolve check."""
-
     return {
         "uri": resource_uri(skill.name, SKILL_MD),
         "frontmatter": frontmatter_to_json(skill.frontmatter),
@@ -119,7 +118,6 @@ def _paged(
     key: str, items: Sequence[_Item], cursor: str | None, size: int, render: Callable[[_Item], dict[str, Any]]
 ) -> dict[str, Any]:
     """One page of `items`, rendered only once on the page; `nextCursor` when more follow."""
-
     start = page_start(cursor, len(items), size)
     end = min(start + size, len(items))
     result: dict[str, Any] = {key: [render(item) for item in items[start:end]], **CACHE_HINTS}
@@ -133,7 +131,6 @@ def skills_page(deployment: Deployment, cursor: str | None) -> dict[str, Any]:
 
 
 def get_skill(deployment: Deployment, uri: str) -> dict[str, Any]:
-
     for skill in extension_skills(deployment):
         if uri == resource_uri(skill.name, SKILL_MD):
             return {"skill": skill_entry(skill), **CACHE_HINTS}
@@ -148,14 +145,13 @@ def get_skill(deployment: Deployment, uri: str) -> dict[str, Any]:
 
 def _directory(deployment: Deployment, uri: str) -> tuple[Skill, str]:
     """The skill and directory path ("" for the skill itself) that `uri` names; BadRequest otherwise."""
-
     refusal = BadRequest(
         f"{quoted_path(uri)} is not a directory resource; "
         "use skill://<skill> or skill://<skill>/<directory> where the directory holds listed files"
     )
-    name, slash, _ = uri.removeprefix("skill://").partition("/")
     if not uri.startswith("skill://"):
         raise refusal
+    name, slash, _ = uri.removeprefix("skill://").partition("/")
     try:
         rel = split_skill_uri(uri)[1] if slash else ""
     except BadRequest:
@@ -168,7 +164,6 @@ def _directory(deployment: Deployment, uri: str) -> tuple[Skill, str]:
 
 
 def _children(skill: Skill, rel: str) -> list[dict[str, Any]]:
-
     prefix = f"{rel}/" if rel else ""
     children: dict[str, dict[str, Any]] = {}
     for entry in skill.manifest:

@@ -125,9 +125,8 @@ def fast_imports() -> Iterator[None]:
     collecting = gc.isenabled()
     gc.disable()
     create_fn = getattr(dataclasses, "_create_fn", None)
-    code = getattr(create_fn, "__code__", None)
-    parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
-    defer = parameters == ("name", "args", "body", "globals", "locals", "return_type")  # 3.11 and 3.12's signature
+    # 3.11 and 3.12's signature
+    defer = _parameters(create_fn) == ("name", "args", "body", "globals", "locals", "return_type")
     if defer:
         dataclasses._create_fn = partial(_compiled_on_first_call, create_fn)  # type: ignore[attr-defined]
     try:
@@ -138,6 +137,12 @@ def fast_imports() -> Iterator[None]:
         gc.freeze()
         if collecting:
             gc.enable()
+
+
+def _parameters(function: Any) -> tuple[str, ...]:
+    """The names of a private function's parameters, to check it still has the signature a lever replaces."""
+    code = getattr(function, "__code__", None)
+    return code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
 
 
 def _methods_deferred() -> bool:
@@ -231,12 +236,10 @@ def _deferred_builds(applied: set[str]) -> Iterator[None]:
     # of a class's annotations (Python 3.14 evaluates them lazily).
     collect_fields = getattr(_model_construction, "set_model_fields", None)
     annotations_of = getattr(_typing_extra, "safe_get_annotations", None)
-    code = getattr(collect_fields, "__code__", None)
-    parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
     fields = (
         models
         and callable(annotations_of)
-        and parameters == ("cls", "config_wrapper", "ns_resolver", "namespace_info")
+        and _parameters(collect_fields) == ("cls", "config_wrapper", "ns_resolver", "namespace_info")
     )
     if models:
         defaults["defer_build"] = True

@@ -12,7 +12,7 @@ from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .text import quoted, quoted_path
-from .tools import ToolFailure, find_skill, no_skills_found, unreadable
+from .tools import ToolFailure, find_skill, no_skills_found, read_error_text
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -159,7 +159,7 @@ def read_resource(deployment: Deployment, uri: str) -> dict[str, Any]:
     except (ToolFailure, PathRefused) as refused:
         raise BadRequest(refused.message) from None
     except OSError as error:
-        raise BadRequest(unreadable(rel, error)) from None
+        raise BadRequest(read_error_text(rel, error)) from None
     encoding, content = encode_content(read.data)
     contents: dict[str, Any] = {"uri": uri, "mimeType": media_type(rel)}
     contents["text" if encoding == "utf-8" else "blob"] = content

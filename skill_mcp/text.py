@@ -39,6 +39,15 @@ def os_error_text(error: BaseException) -> str:
     return getattr(error, "strerror", None) or str(error)
 
 
+def encodes_as_utf8(text: str) -> bool:
+    """False when `text` holds a lone surrogate (a non-UTF-8 byte, a `\\ud800` escape): no character, so no UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def encodable(text: str) -> str:
     """A non-UTF-8 file name decodes to lone surrogates, which no JSON answer could carry: shown escaped."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -1,7 +1,7 @@
 """The read tools (SPEC §7) and the result conventions every tool shares (SPEC §5.3).
 
 Handlers take the deployment and validated arguments and return a JSON-able object or
-raise `ToolFailure`; the server turns those into `CallToolResult`s.
+raise `ToolFailure`; `text_result` and `failure_result` are the results every tool answers with.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES, SKILL_MD
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir
-from .text import os_error_text, quoted, quoted_path
+from .text import encodable, os_error_text, quoted, quoted_path
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -39,6 +39,16 @@ class ToolFailure(Exception):
         return self.message if not self.hint else f"{self.message}\n\nHint: {self.hint}"
 
 
+def text_result(text: str, *, is_error: bool = False) -> dict[str, Any]:
+    # A result as a plain dict, as a model dumps it: the SDK validates it against the session's protocol revision
+    # on its way out (a legacy one drops `resultType`), and no model is built and dumped per call.
+    return {"content": [{"type": "text", "text": text}], "isError": is_error, "resultType": "complete"}
+
+
+def failure_result(failure: ToolFailure) -> dict[str, Any]:
+    return text_result(failure.text(), is_error=True)
+
+
 def minified(value: Any) -> str:
     """Single-line JSON, non-ASCII as UTF-8: what `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`
     writes, through pydantic-core's encoder, several times faster on a large file."""
@@ -49,8 +59,7 @@ def minified(value: Any) -> str:
     except PydanticSerializationError:
         # A lone surrogate (a root path's non-UTF-8 byte) is no UTF-8: written as its JSON escape, `\udcff`,
         # it reaches the client as the same string and leaves the line writable.
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+        return encodable(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def find_skill(deployment: Deployment, name: str) -> Skill:
@@ -188,7 +197,7 @@ def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
 # --- skill_file -------------------------------------------------------------------------------
 
 
-def unreadable(rel: str, error: OSError) -> str:
+def read_error_text(rel: str, error: OSError) -> str:
     return f"{quoted_path(rel)} could not be read: {os_error_text(error)}"
 
 
@@ -206,7 +215,7 @@ def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str,
                 slots.append({"path": rel, "error": refused.message})
                 continue
             except OSError as error:
-                slots.append({"path": rel, "error": unreadable(rel, error)})
+                slots.append({"path": rel, "error": read_error_text(rel, error)})
                 continue
             slots.append((rel, fd, status))
             total += min(status.st_size, MAX_FILE_BYTES)
@@ -230,7 +239,7 @@ def _read_entry(slot: tuple[str, int, os.stat_result] | dict[str, str]) -> dict[
     try:
         read = read_capped_fd(fd, MAX_FILE_BYTES, status)
     except OSError as error:
-        return {"path": rel, "error": unreadable(rel, error)}
+        return {"path": rel, "error": read_error_text(rel, error)}
     encoding, content = encode_content(read.data)
     entry: dict[str, Any] = {
         "path": rel,

@@ -14,6 +14,7 @@ from mcp_types import RequestId
 from pydantic import ValidationError
 
 from .schemas import json_type
+from .text import encodes_as_utf8
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +106,7 @@ def _why_not_strict(message: Any, parser_said: str) -> str:
 
 
 def _encodes(value: Any) -> bool:
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return encodes_as_utf8(json.dumps(value, ensure_ascii=False))
 
 
 def _invalid_request(message: dict[str, Any]) -> types.ErrorData:
