@@ -125,6 +125,14 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
             "tokens outlive a restart, but without an absolute MCP_DATA_DIR the record that one was used does not: "
             "until it expires, an approval could run again after a restart",
         ))
+    if var("MCP_HOST_CONFIRM_SECRET") is not None and var("MCP_CONFIRM_SECRET") is None and not os.path.isabs(
+        var("MCP_DATA_DIR") or ""
+    ):
+        warnings.append(ConfigWarning(
+            "MCP_HOST_CONFIRM_SECRET",
+            "ignored: a host's secret is used only with an absolute MCP_DATA_DIR; tokens are signed with a key made "
+            "at start, so none outlives a restart",
+        ))
     elicitation, _ = choice("MCP_CONFIRM_ELICITATION", ("on", "off"), "on", "on")
     log_level, _ = choice("MCP_LOG_LEVEL", LOG_LEVELS, "info", "info")
     log_format, _ = choice("MCP_LOG_FORMAT", LOG_FORMATS, "json", "json")

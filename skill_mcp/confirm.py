@@ -6,6 +6,7 @@ the file spent store is the one edge.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -18,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol, TypeGuard
 
 from .config import CONFIRM_MODES, TTL_MAX_SECONDS
-from .text import json_for_people
+from .text import json_for_people, os_error_text
 
 ACTION = "skill.run"
 
@@ -253,9 +254,11 @@ class FileSpentStore:
     def spend(self, nonce: str, expires_ms: int, now_ms: int) -> bool:
         path = self._path(nonce)
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            # makedirs gives `.mcp-confirm` the umask's mode: open, another uid could move `spent` away.
+            # Only the store's own two levels: a mistyped MCP_DATA_DIR fails the spend rather than appearing. Each is
+            # made private whatever the umask: were `.mcp-confirm` open, another uid could move `spent` away.
             for directory in (os.path.dirname(self.directory), self.directory):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(directory, 0o700)
                 os.chmod(directory, 0o700)
             try:
                 descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -264,7 +267,7 @@ class FileSpentStore:
             with os.fdopen(descriptor, "w", encoding="ascii") as record:
                 record.write(str(expires_ms))
         except OSError as error:
-            raise SpentStoreError(f"cannot record a spent approval in {self.directory}: {error}") from error
+            raise SpentStoreError(f"cannot record a spent approval in {self.directory}: {os_error_text(error)}") from error
         self._prune(now_ms, keep=nonce)
         return True
 
@@ -296,6 +299,11 @@ def _read_record(path: str) -> int | None:
         return int(os.read(fd, 32).decode("ascii"))
     finally:
         os.close(fd)
+
+
+def keeps_spent_on_disk(secret: str | None, host_secret: str | None, data_dir: str | None) -> TypeGuard[str]:
+    """Whether spent approvals are kept under `data_dir` (§11.6): with a stable key and an absolute directory."""
+    return (secret is not None or host_secret is not None) and _is_absolute(data_dir)
 
 
 def make_spent_store(stable_key: bool, data_dir: str | None) -> SpentStore:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .catalog import discover
 from .config import BUNDLED_ROOT, Config, ConfigWarning, absolute_root, load_config
+from .confirm import keeps_spent_on_disk
 from .grants import NO_GRANT, GrantState, apply_grant, resolve_grant
 from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
@@ -90,7 +91,18 @@ def build_deployment(
         extension_names=extension_names,
         environ=environ,
     )
-    return deployment, [*warnings, *interpreter_warnings]
+    return deployment, [*warnings, *interpreter_warnings, *_data_dir_warnings(config)]
+
+
+def _data_dir_warnings(config: Config) -> list[ConfigWarning]:
+    data_dir = config.data_dir
+    if not keeps_spent_on_disk(config.confirm_secret, config.host_confirm_secret, data_dir) or os.path.isdir(data_dir):
+        return []
+    problem = (
+        "is not an existing directory, so no approval can be recorded as spent and every confirmed run is refused; "
+        "create it, writable by the server's user (the server creates only .mcp-confirm/spent in it)"
+    )
+    return [ConfigWarning("MCP_DATA_DIR", problem)]
 
 
 def _working_directory() -> str | None:

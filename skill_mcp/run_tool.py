@@ -369,7 +369,7 @@ class RunService:
                     spent_now = self._spent.spend(approval.nonce, approval.expires_ms, self._clock_ms())
                 except confirm.SpentStoreError as error:
                     message = f"the approval could not be recorded as spent ({error}); nothing was run"
-                    refusal = Refused("spend-failed", message, "The spent-token store under MCP_DATA_DIR must be writable.")
+                    refusal = Refused("spend-failed", message, "MCP_DATA_DIR must be an existing directory the server's user can write: the spent-token store is kept in it.")
                     return self._refused(draft.skill.name, draft.entry.script, refusal)
                 if not spent_now:  # spent by another server sharing the store since this one checked
                     self._log_confirm(draft, path, confirm.TOKEN_REUSED)

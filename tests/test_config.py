@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from support import deployment_for
 
 from skill_mcp.config import BUNDLED_ROOT, Config, ConfigWarning, load_config, read_var
+from skill_mcp.deployment import build_deployment
 
 CWD = "/srv/work"
 BUNDLED = "/pkg/skill_mcp/skills"
@@ -277,6 +278,39 @@ def test_a_stable_secret_without_a_spent_store_that_outlives_a_restart_warns(dat
     secret_warnings = [warning for warning in warnings if warning.variable == "MCP_CONFIRM_SECRET"]
     assert len(secret_warnings) == warned
     assert all("s3cret" not in warning.problem and "restart" in warning.problem for warning in secret_warnings)
+
+
+@pytest.mark.parametrize(
+    ("environ", "warned"),
+    [
+        ({}, True),
+        ({"MCP_DATA_DIR": "relative/data"}, True),
+        ({"MCP_DATA_DIR": "/data"}, False),
+        ({"MCP_CONFIRM_SECRET": "s1"}, False),  # the owner's secret wins anyway (§2.2)
+    ],
+    ids=["no-data-dir", "relative", "absolute", "owner-secret"],
+)
+def test_a_host_secret_that_will_not_be_used_warns(environ, warned):
+    _, warnings = load(MCP_HOST_CONFIRM_SECRET="h0st-value", **environ)
+    host_warnings = [warning.problem for warning in warnings if warning.variable == "MCP_HOST_CONFIRM_SECRET"]
+    assert host_warnings == (
+        ["ignored: a host's secret is used only with an absolute MCP_DATA_DIR; tokens are signed with a key made at "
+         "start, so none outlives a restart"] if warned else []
+    )
+
+
+def test_a_spent_store_in_a_missing_data_dir_warns_at_boot(tmp_path):
+    missing = tmp_path / "missing"
+    _, warned = build_deployment({"MCP_CONFIRM_SECRET": "s1", "MCP_DATA_DIR": str(missing)}, cwd=str(tmp_path))
+    _, present = build_deployment({"MCP_CONFIRM_SECRET": "s1", "MCP_DATA_DIR": str(tmp_path)}, cwd=str(tmp_path))
+    _, in_memory = build_deployment({"MCP_DATA_DIR": str(missing)}, cwd=str(tmp_path))  # a random key: no store
+    assert [(w.variable, w.problem) for w in warned if w.variable == "MCP_DATA_DIR"] == [(
+        "MCP_DATA_DIR",
+        "is not an existing directory, so no approval can be recorded as spent and every confirmed run is refused; "
+        "create it, writable by the server's user (the server creates only .mcp-confirm/spent in it)",
+    )]
+    assert [w for w in (*present, *in_memory) if w.variable == "MCP_DATA_DIR"] == []
+    assert not missing.exists()
 
 
 @pytest.mark.parametrize("name", ["MCP_SKILL_ALLOW_UNSCRUBBED", "MCP_EGRESS_FENCED"])

@@ -305,6 +305,14 @@ def test_the_file_store_is_private_whatever_the_umask(tmp_path):
     assert stat.S_IMODE((tmp_path / ".mcp-confirm" / "spent" / NONCE_TEXT).lstat().st_mode) == 0o600
 
 
+def test_the_file_store_creates_only_its_own_directories_never_a_missing_data_dir(tmp_path):
+    # A mistyped MCP_DATA_DIR (as root, anywhere) is not created: the spend fails closed and says where.
+    store = FileSpentStore(str(tmp_path / "missing" / "data"))
+    with pytest.raises(SpentStoreError, match=r"cannot record a spent approval in .*/missing/data/\.mcp-confirm/spent: "):
+        store.spend(NONCE_TEXT, NOW + 600000, NOW)
+    assert os.listdir(tmp_path) == []
+
+
 def test_any_entry_at_the_nonce_counts_as_spent_even_a_dangling_link(tmp_path):
     # spend() cannot create a record where any entry already is (O_EXCL), so is_spent must agree and say
     # TOKEN_REUSED at verification, rather than pass a token whose spend is then bound to fail.

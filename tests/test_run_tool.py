@@ -483,6 +483,7 @@ async def test_standalone_script_sees_exactly_the_allowlist_and_its_declared_nam
 @pytest.mark.parametrize("era", ERAS)
 async def test_hosted_granted_script_gets_data_dir_and_only_granted_names(fence: Fence, era: str) -> None:
     grant = [{"skill": "fence", "script": "scripts/mark.py", "env": ["API_KEY", "NEIGHBOUR_KEY", "NODE_OPTIONS"]}]
+    (fence.base / "data").mkdir()
     service = fence.service(**NOISY_ENVIRON, MCP_DATA_DIR=str(fence.base / "data"), NEIGHBOUR_KEY="n",
                             MCP_SKILL_RUN=json.dumps(grant))
     async with connect(service.deployment, era, service.call) as client:
@@ -1137,6 +1138,7 @@ async def test_stable_secret_and_data_dir_keep_spent_tokens_spent_across_a_resta
     fence: Fence, era: str, secret: str
 ) -> None:
     data_dir = fence.base / "data"
+    data_dir.mkdir()
     extra = {secret: "stable-secret", "MCP_DATA_DIR": str(data_dir), "MCP_SKILL_RUN": MARK_GRANT}
     before = fence.service(**extra)
     async with connect(before.deployment, era, before.call) as client:
@@ -1173,6 +1175,7 @@ async def test_a_spend_lost_to_another_server_sharing_the_store_runs_nothing(
 ) -> None:
     # Two servers sharing one secret and spent store can both pass the is-spent check for one token; the
     # exclusive create of the record then lets only the first run it, and the other answers TOKEN_REUSED.
+    (fence.base / "data").mkdir()
     extra = {"MCP_CONFIRM_SECRET": "stable-secret", "MCP_DATA_DIR": str(fence.base / "data"), "MCP_SKILL_RUN": MARK_GRANT}
     first, second = fence.service(**extra), fence.service(**extra)
     async with connect(first.deployment, "legacy", first.call) as client:
@@ -1214,7 +1217,7 @@ async def test_an_unwritable_spent_store_refuses_the_run(fence: Fence) -> None:
             refused = error_text(await client.call_tool("skill_run", call(confirmToken=token)))
     assert [e["reason"] for e in events(logs) if e["event"] == "run.refused"] == ["spend-failed"]
     assert refused.startswith("the approval could not be recorded as spent (")
-    assert "nothing was run" in refused and "MCP_DATA_DIR must be writable" in refused
+    assert "nothing was run" in refused and "MCP_DATA_DIR must be an existing directory" in refused
     assert fence.runs() == []
 
 
