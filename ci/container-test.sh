@@ -210,6 +210,7 @@ step "smoke: initialize, tools/list and a two-step skill_run of each demo script
 cat >"$run/mcp-driver.py" <<'PY'
 """Minimal stdlib JSON-RPC client for the MCP stdio transport (newline-delimited JSON)."""
 import json
+import os
 import selectors
 import subprocess
 import sys
@@ -285,6 +286,12 @@ if tools != ["skill_list", "skill_load", "skill_file", "skill_run"]:
     raise SystemExit(f"FAIL: tools/list gave {tools}")
 print(f"tools/list: {tools}")
 
+# EXPECT_SCRUBBED: 1 when the server is PID 1; 0 under an init of its own uid, which keeps the environment.
+scrubbed = tool("skill_list", {})["hardening"]["environScrubbed"]
+if scrubbed != (os.environ["EXPECT_SCRUBBED"] == "1"):
+    raise SystemExit(f"FAIL: environScrubbed is {scrubbed}, expected EXPECT_SCRUBBED={os.environ['EXPECT_SCRUBBED']}")
+print(f"skill_list: environScrubbed {scrubbed}")
+
 for script, interpreter in (("scripts/report.py", "python3"), ("scripts/report.js", "node")):
     first = tool("skill_run", {"name": DEMO, "script": script, "args": ["one", "two words"]})
     if first.get("status") != "confirmation-required" or not first.get("confirmToken"):
@@ -314,8 +321,15 @@ if rc != 0:
     raise SystemExit(f"FAIL: the server exited {rc} on stdin EOF")
 print("stdin EOF: clean exit")
 PY
-/usr/bin/python3 "$run/mcp-driver.py" "$run/server-stderr.log" "$docker" run -i --rm --init "$image" ||
+# As the README says to run it: no init, so the server is PID 1.
+EXPECT_SCRUBBED=1 /usr/bin/python3 "$run/mcp-driver.py" "$run/server-stderr.log" "$docker" run -i --rm "$image" ||
     { tail -n 20 "$run/server-stderr.log" >&2; fail "stdio smoke"; }
+
+step "an init of the server's uid (docker run --init as 10001) keeps the environment: the scrub reports it"
+EXPECT_SCRUBBED=0 /usr/bin/python3 "$run/mcp-driver.py" "$run/server-stderr.log" \
+    "$docker" run -i --rm --init -e PROBE_SECRET=p "$image" ||
+    { tail -n 20 "$run/server-stderr.log" >&2; fail "stdio smoke under --init"; }
+grep -q 'PID 1 runs as this server' "$run/server-stderr.log" || fail "no hardening.warning about the init"
 
 # ---- cold start, measured (reported, not asserted) ----------------------------------------------
 step "cold start: spawn -> first tools/list answer, in the container and outside it"
@@ -345,10 +359,10 @@ for label, values in samples.items():
 PY
 host_server="$repo/.venv/bin/skill-mcp"
 if [ -x "$host_server" ]; then
-    commands=$(printf '{"container": ["%s", "run", "-i", "--rm", "--init", "%s"], "host": ["%s"]}' \
+    commands=$(printf '{"container": ["%s", "run", "-i", "--rm", "%s"], "host": ["%s"]}' \
         "$docker" "$image" "$host_server")
 else
-    commands=$(printf '{"container": ["%s", "run", "-i", "--rm", "--init", "%s"]}' "$docker" "$image")
+    commands=$(printf '{"container": ["%s", "run", "-i", "--rm", "%s"]}' "$docker" "$image")
 fi
 /usr/bin/python3 "$run/cold-start.py" "$commands" || echo "NOTICE: cold-start measurement failed (not a verdict)"
 

@@ -20,6 +20,11 @@ PR_SET_NO_NEW_PRIVS = 38
 
 STAT_UNUSABLE = "/proc/self/stat carries no usable env_start/env_end (nothing written)"
 ENVIRON_NOT_WIPED = "/proc/self/environ still reads back non-empty after the write"
+INIT_HOLDS_ENVIRON = (
+    "PID 1 runs as this server's user and still holds the environment (an init such as docker run --init, "
+    "started as that user), so any script can read it from /proc/1/environ; start the container without an init "
+    "(the server is then PID 1 itself) or as root (the fenced start, where the init stays root's)"
+)
 
 _DECIMAL = re.compile(rb"[0-9]+")
 # Loaded before any fork: the child's setup must not load libraries between fork and exec.
@@ -55,6 +60,8 @@ class ScrubIO:
     rehome_environ: Callable[[], None]
     write_mem: Callable[[int, bytes], None]
     read_environ: Callable[[], bytes]
+    # PID 1's environment when a script of this uid could read it too, else b"".
+    read_init_environ: Callable[[], bytes] = bytes
 
 
 def _read_file(path: str) -> bytes:
@@ -79,12 +86,23 @@ def _write_mem(offset: int, data: bytes) -> None:
         os.close(fd)
 
 
+def _same_uid_init_environ() -> bytes:
+    # Root's scripts can read every process anyway, and as PID 1 the server is the init itself.
+    if os.getpid() == 1 or os.geteuid() == 0:
+        return b""
+    try:
+        return _read_file("/proc/1/environ")
+    except OSError:  # another uid's init: out of a script's reach too
+        return b""
+
+
 REAL_SCRUB_IO = ScrubIO(
     platform=sys.platform,
     read_stat=lambda: _read_file("/proc/self/stat"),
     rehome_environ=_rehome_environ,
     write_mem=_write_mem,
     read_environ=lambda: _read_file("/proc/self/environ"),
+    read_init_environ=_same_uid_init_environ,
 )
 
 
@@ -116,6 +134,9 @@ def scrub_environ(io: ScrubIO = REAL_SCRUB_IO) -> ScrubResult:
         io.write_mem(start, bytes(end - start))
         if any(io.read_environ()):
             return ScrubResult("failed", reason=ENVIRON_NOT_WIPED)
+        # The variables a wipe hides here are worth nothing while a same-uid init still shows them all.
+        if any(io.read_init_environ()):
+            return ScrubResult("failed", reason=INIT_HOLDS_ENVIRON)
         return ScrubResult("scrubbed", wiped_bytes=end - start)
     except Exception as exc:  # noqa: BLE001 - the scrub reports, it never raises
         return ScrubResult("failed", reason=str(exc) or type(exc).__name__)
@@ -169,8 +190,20 @@ def _step(name: str, action: Callable[[], object]) -> None:
         raise OSError(f"{name}: {os_error_text(exc)}") from None
 
 
+def _default_signals() -> None:
+    # exec keeps ignored signals and the blocked mask: a script starts as a fresh process, not with those of
+    # whatever started the server (`sh -c 'skill-mcp &'` ignores SIGQUIT). libc, since Python's own setter only
+    # works on the main thread; handlers are reset by exec anyway.
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for number in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+        if _LIBC.signal(int(number), None) == -1:  # None is SIG_DFL
+            raise OSError(ctypes.get_errno(), f"signal {number}")
+
+
 def harden_child(limits: ChildLimits, parent_pid: int) -> None:
     """Runs between fork and exec; any failure raises, so the child never execs."""
+    if _LIBC is not None:
+        _step("default signal dispositions", _default_signals)
     if prctl_available():
         _step("prctl(PR_SET_NO_NEW_PRIVS)", lambda: _prctl(PR_SET_NO_NEW_PRIVS, 1))
         _step("prctl(PR_SET_PDEATHSIG)", lambda: _prctl(PR_SET_PDEATHSIG, signal.SIGKILL))

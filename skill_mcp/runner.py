@@ -117,6 +117,18 @@ def _left_the_group(session: int) -> list[int]:
     return members
 
 
+def _reap_orphans() -> None:
+    """As PID 1 (a container started without an init), the server inherits what earlier scripts left behind and
+    was killed: each would stay a zombie until collected. Called before a spawn, when no run of ours is waited on."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildLimits) -> subprocess.Popen:
     parent_pid = os.getpid()
     # Close-on-exec pipe: the child's setup writes why it failed, since preexec_fn errors lose their text.
@@ -324,6 +336,8 @@ async def run_process(
     on_start gets the pid as soon as the script runs; cancelling the call kills its process group.
     """
     loop = asyncio.get_running_loop()
+    if os.getpid() == 1:
+        _reap_orphans()
     started = time.monotonic()
     process = _spawn(argv, cwd, env, limits)
     run = _Run(loop, process, timeout_ms, started)

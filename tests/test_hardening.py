@@ -25,6 +25,7 @@ from support import fails_after, in_signal_mask
 
 from skill_mcp.hardening import (
     ENVIRON_NOT_WIPED,
+    INIT_HOLDS_ENVIRON,
     STAT_UNUSABLE,
     ChildLimits,
     ScrubIO,
@@ -55,8 +56,9 @@ class FakeProc:
     """Records the scrub's effects in call order."""
 
     def __init__(self, stat: bytes = stat_line(b"python3"), environ_after: bytes = b"\0" * 600,
-                 platform: str = "linux", fail: str | None = None) -> None:
+                 platform: str = "linux", fail: str | None = None, init_environ: bytes = b"") -> None:
         self.stat, self.environ_after, self.platform, self.fail = stat, environ_after, platform, fail
+        self.init_environ = init_environ
         self.calls: list[tuple] = []
 
     def _effect(self, name: str, *args):
@@ -79,6 +81,7 @@ class FakeProc:
             rehome_environ=lambda: self._effect("rehome_environ"),
             write_mem=lambda offset, data: self._effect("write_mem", offset, data),
             read_environ=read_environ,
+            read_init_environ=lambda: self.init_environ,
         )
 
 
@@ -137,6 +140,12 @@ def test_environ_still_readable_after_the_write_fails() -> None:
     proc = FakeProc(environ_after=b"\0" * 10 + b"A=1\0")
     assert scrub_environ(proc.io()) == ScrubResult("failed", reason=ENVIRON_NOT_WIPED)
     assert "non-empty" in ENVIRON_NOT_WIPED
+
+
+def test_a_same_uid_init_still_holding_the_environment_fails_the_scrub() -> None:
+    # docker run --init as the server's uid: the wiped block is still readable, whole, from /proc/1/environ.
+    assert scrub_environ(FakeProc(init_environ=b"API_KEY=k\0").io()) == ScrubResult("failed", reason=INIT_HOLDS_ENVIRON)
+    assert scrub_environ(FakeProc(init_environ=b"\0\0").io()) == ScrubResult("scrubbed", wiped_bytes=600)
 
 
 @pytest.mark.parametrize("step", ["read_stat", "rehome_environ", "write_mem", "read_environ"])
@@ -271,16 +280,19 @@ def sandbox() -> Path:
     shutil.rmtree(root)
 
 
-def driver(sandbox: Path, steps: str, interpreter: str, script: str, **popen) -> subprocess.Popen:
+def driver(
+    sandbox: Path, steps: str, interpreter: str, script: str, launcher: tuple[str, ...] = (), **popen
+) -> subprocess.Popen:
     interpreter_path = {"python3": SYSTEM_PYTHON, "node": NODE}[interpreter]
-    argv = [*UNPRIVILEGED, SYSTEM_PYTHON, "-B", str(sandbox / "fixtures" / "fence_driver.py"), steps,
+    # A launcher starts the driver in its own way, as the unprivileged uid.
+    argv = [*(launcher or UNPRIVILEGED), SYSTEM_PYTHON, "-B", str(sandbox / "fixtures" / "fence_driver.py"), steps,
             interpreter, interpreter_path, str(sandbox / "fixtures" / "scripts" / script)]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(sandbox), "HOME": "/nonexistent", "FENCE_SECRET": "hunter2"}
     return subprocess.Popen(argv, env=env, cwd=sandbox, stdout=subprocess.PIPE, text=True, **popen)
 
 
-def drive(sandbox: Path, steps: str, interpreter: str, script: str) -> dict:
-    process = driver(sandbox, steps, interpreter, script)
+def drive(sandbox: Path, steps: str, interpreter: str, script: str, launcher: tuple[str, ...] = ()) -> dict:
+    process = driver(sandbox, steps, interpreter, script, launcher=launcher)
     stdout, _ = process.communicate(timeout=30)
     assert process.returncode == 0
     return json.loads(stdout)
@@ -316,6 +328,37 @@ def test_scrubbed_non_dumpable_server_is_closed_to_its_scripts(sandbox: Path, pe
     assert report["nonDumpable"] is True
     assert report["child"] == {"environ": {"error": "EACCES"}, "mem": {"error": "EACCES"}}
     assert (report["environ"], report["getenv"]) == ("hunter2", "hunter2")
+
+
+# A PID namespace of its own, PID 1 being whatever the launcher's command runs: what `docker run --init` makes.
+OWN_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc")
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+
+
+@linux_only
+@needs_root
+def test_a_same_uid_init_holding_the_environment_fails_the_scrub_for_real(sandbox: Path) -> None:
+    # sh stays PID 1 (a command follows the driver), with the driver's environment: as docker-init does.
+    init = (*OWN_PID_NAMESPACE, *UNPRIVILEGED, "/bin/sh", "-c", '"$@"; exit $?', "init")
+    report = drive(sandbox, "scrub,nondump", "python3", "peek_parent.py", launcher=init)
+    assert report["scrub"] == {"status": "failed", "wiped_bytes": None, "reason": INIT_HOLDS_ENVIRON}
+
+
+@linux_only
+@needs_root
+def test_the_server_as_pid_1_is_scrubbed(sandbox: Path) -> None:
+    report = drive(sandbox, "scrub,nondump", "python3", "peek_parent.py", launcher=(*OWN_PID_NAMESPACE, *UNPRIVILEGED))
+    assert report["scrub"]["status"] == "scrubbed"
+    assert report["child"] == {"environ": {"error": "EACCES"}, "mem": {"error": "EACCES"}}
+
+
+@linux_only
+@needs_root
+def test_the_server_as_pid_1_reaps_what_a_script_left_behind(sandbox: Path) -> None:
+    # Without an init, orphans are the server's: the first run's killed grandchild must not stay a zombie.
+    report = drive(sandbox, "twice", "python3", "group_child.py", launcher=(*OWN_PID_NAMESPACE, *UNPRIVILEGED))
+    first_grandchild = int(report["outputs"][0].split()[1])
+    assert first_grandchild not in report["zombies"]
 
 
 @linux_only

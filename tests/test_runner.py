@@ -710,3 +710,21 @@ async def test_cancelling_the_run_kills_a_script_that_ignores_sigterm(tmp_path: 
                 await anyio.sleep(0.02)
     finally:
         kill_quietly(pid)
+
+
+@pytest.mark.anyio
+async def test_no_ignored_or_blocked_signal_reaches_the_script(tmp_path: Path) -> None:
+    # A server started by `sh -c 'skill-mcp &'` ignores SIGQUIT; one started from a thread that blocks signals
+    # blocks them. Neither is the script's: it starts with default dispositions and an empty mask.
+    previous = signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGALRM})
+    try:
+        report = "print(''.join(line for line in open('/proc/self/status') if line.startswith(('SigIgn', 'SigBlk'))))"
+        result = await run_process([INTERPRETER_PATHS["python3"], "-c", report], str(tmp_path), {}, 10000, ChildLimits())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGQUIT, previous)
+    masks = dict(re.findall(r"^(SigIgn|SigBlk):\s*([0-9a-f]+)$", result.stdout, re.M))
+    assert int(masks["SigBlk"], 16) == 0
+    # Python ignores SIGPIPE and SIGXFSZ for itself at start; nothing else is ignored.
+    assert int(masks["SigIgn"], 16) == 1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)
