@@ -32,6 +32,7 @@ from .tools import skill_list
 _MAX_COMPATIBILITY_CHARS = 500
 _STRING_ONLY_KEYS = ("license", "allowed-tools")
 _MAX_ROW_CHARS = 120
+_COLUMN_GAP = "  "
 
 # --- `spec` findings (§14.2) ------------------------------------------------------------------
 
@@ -172,24 +173,29 @@ def check_notes(deployment: Deployment) -> list[str]:
 
 
 def table_lines(listing: Mapping[str, Any]) -> list[str]:
-    """The `list` table from the `skill_list` object, so both views show the same facts."""
-    rows = [("NAME", "FILES", "RUNNABLE", "DESCRIPTION")] + [
-        (
-            skill["name"],
-            str(skill["files"]),
-            ", ".join(entry["script"] for entry in skill["scripts"]) or "-",
-            next(iter((skill.get("description") or "").strip().splitlines()), ""),
+    """The `list` table from the `skill_list` object, so both views show the same facts. Only a description is cut,
+    to the room its row leaves (§14.3): a name and what may run are shown whole, however long."""
+    header = ("NAME", "FILES", "RUNNABLE", "DESCRIPTION")
+    rows = [
+        tuple(
+            printable(cell)  # escaped before measuring, so an escape widens its column rather than shifting the next
+            for cell in (
+                skill["name"],
+                str(skill["files"]),
+                ", ".join(entry["script"] for entry in skill["scripts"]) or "-",
+                next(iter((skill.get("description") or "").strip().splitlines()), ""),
+            )
         )
         for skill in listing["skills"]
     ]
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
-    lines = ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[3]]).rstrip() for row in rows]
-    lines = [printable(line) for line in lines]
+    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(3)]
+    room = _MAX_ROW_CHARS - sum(width + len(_COLUMN_GAP) for width in widths)
+    lines = [_table_row(header, widths), *(_table_row((*row[:3], _cut(row[3], room)), widths) for row in rows)]
     summary = _summary(len(listing["skills"]), len(listing["problems"]))
     if listing["problems"]:
         summary += "; `skill-mcp list --json` shows each with its detail"
     notes = [listing[key] for key in ("grantError", "grantNote") if key in listing]
-    return [*(_cut(line) for line in lines), summary, *notes]
+    return [*lines, summary, *notes]
 
 
 def egress_allowlist(listing: Mapping[str, Any]) -> list[str]:
@@ -205,8 +211,15 @@ def _one_line(text: str) -> str:
     return printable(" ".join(text.splitlines()))
 
 
-def _cut(line: str) -> str:
-    return line if len(line) <= _MAX_ROW_CHARS else line[: _MAX_ROW_CHARS - 1] + "…"
+def _table_row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return _COLUMN_GAP.join([*(cell.ljust(width) for cell, width in zip(cells, widths)), cells[3]]).rstrip()
+
+
+def _cut(text: str, room: int) -> str:
+    """`text` in `room` characters, its last one "…" when cut; nothing when there is no room at all."""
+    if len(text) <= room:
+        return text
+    return text[: room - 1] + "…" if room > 0 else ""
 
 
 # --- commands (the I/O edge) ------------------------------------------------------------------

@@ -135,6 +135,40 @@ def test_table_rows_stay_within_120_characters_and_show_runnable_scripts() -> No
     assert note == "nothing may run"
 
 
+def test_a_long_name_and_runnable_scripts_are_never_cut_and_leave_no_room_for_a_description() -> None:
+    name = "a-skill-with-a-rather-long-name-for-a-table"
+    scripts = ["scripts/fetch-everything.py", "scripts/upload-results.js", "scripts/report.py"]
+    listing = {"skills": [listed(name, scripts, "Fetches everything."), listed("beta", [], "Short.")], "problems": []}
+    header, long_row, beta, _ = table_lines(listing)
+    # NAME is 43 wide and RUNNABLE 73: the first three columns take 127 characters, so no description fits
+    assert header == f"{'NAME':43}  FILES  {'RUNNABLE':73}  DESCRIPTION"
+    assert long_row == f"{name}  3      {', '.join(scripts)}"
+    assert beta == f"{'beta':43}  3      -"
+
+
+def test_a_description_is_cut_to_the_room_its_row_leaves() -> None:
+    scripts = [f"scripts/step-{index}.py" for index in range(1, 6)]
+    runnable = ", ".join(scripts)  # 93 characters, leaving 11 for the description
+    listing = {"skills": [listed("alpha", scripts, "Eleven char"), listed("beta", scripts, "Twelve chars")]}
+    header, alpha, beta, _ = table_lines({**listing, "problems": []})
+    assert header == f"NAME   FILES  {'RUNNABLE':93}  DESCRIPTION"
+    assert alpha == f"alpha  3      {runnable}  Eleven char"
+    assert beta == f"beta   3      {runnable}  Twelve cha…"
+    assert len(alpha) == len(beta) == 120
+    wider = [*scripts, "lib/xy.py"]  # 104 characters, leaving no room: not even "…"
+    _, row, _ = table_lines({"skills": [listed("alpha", wider, "Eleven char")], "problems": []})
+    assert row == f"alpha  3      {', '.join(wider)}"
+
+
+def test_an_escaped_control_character_widens_its_column_and_keeps_the_next_one_aligned() -> None:
+    listing = {"skills": [listed("alpha", ["run\x1b[2J.py"], "Clears."), listed("beta", ["b.py"], "Short.")]}
+    assert table_lines({**listing, "problems": []})[:3] == [
+        "NAME   FILES  RUNNABLE         DESCRIPTION",
+        "alpha  3      run\\u001b[2J.py  Clears.",
+        "beta   3      b.py             Short.",
+    ]
+
+
 def test_egress_allowlist_is_the_sorted_union_over_skills_that_can_run() -> None:
     listing = {
         "skills": [
