@@ -25,7 +25,7 @@ from .limits import (
     MAX_SKILL_MD_BYTES,
     is_agent_skills_name,
 )
-from .model import Problem, Skill
+from .model import PathTally, Problem, Skill
 from .text import printable, quoted, quoted_path
 from .tools import skill_list
 
@@ -148,28 +148,36 @@ def check_notes(deployment: Deployment) -> list[str]:
             f"no skill was found under {', '.join(deployment.roots)}: a skill is a directory holding a SKILL.md, "
             "given as a ROOT itself or placed in a ROOT or in its `skills` directory"
         )
-    for skill in deployment.skills:
-        if skill.body_truncated:
+    return [*notes, *(note for skill in deployment.skills for note in _skill_notes(skill))]
+
+
+def _skill_notes(skill: Skill) -> list[str]:
+    notes = []
+    if skill.body_truncated:
+        notes.append(
+            f"{skill.name}: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
+            f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads up to {MAX_FILE_BYTES} bytes of it"
+        )
+    if skill.skipped.count:
+        notes.append(
+            f"{skill.name}: {skill.skipped.count} symbolic link(s) or special file(s) are not listed, so clients "
+            f"are not offered them: {_named(skill.skipped)}; skill_file reads a link by its path only while it "
+            "resolves inside the skill"
+        )
+    for entry in skill.declaration.runs:
+        if entry.interpreter not in INTERPRETERS:
             notes.append(
-                f"{skill.name}: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
-                f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads up to {MAX_FILE_BYTES} bytes of it"
+                f"{skill.name}: {quoted_path(entry.script)} declares the interpreter "
+                f"{quoted(entry.interpreter)}, and "
+                f"skill-mcp runs only {' and '.join(INTERPRETERS)}, so it never runs"
             )
-        if skill.skipped_count:
-            paths = ", ".join(quoted_path(path) for path in skill.skipped_paths)
-            more = ", …" if skill.skipped_count > len(skill.skipped_paths) else ""
-            notes.append(
-                f"{skill.name}: {skill.skipped_count} symbolic link(s) or special file(s) are not listed, so clients "
-                f"are not offered them: {paths}{more}; skill_file reads a link by its path only while it resolves "
-                "inside the skill"
-            )
-        for entry in skill.declaration.runs:
-            if entry.interpreter not in INTERPRETERS:
-                notes.append(
-                    f"{skill.name}: {quoted_path(entry.script)} declares the interpreter "
-                    f"{quoted(entry.interpreter)}, and "
-                    f"skill-mcp runs only {' and '.join(INTERPRETERS)}, so it never runs"
-                )
     return notes
+
+
+def _named(tally: PathTally) -> str:
+    """The paths a note names: the first few, quoted, then "…" when the tally holds more."""
+    more = ", …" if tally.count > len(tally.first) else ""
+    return ", ".join(quoted_path(path) for path in tally.first) + more
 
 
 def table_lines(listing: Mapping[str, Any]) -> list[str]:

@@ -27,7 +27,7 @@ from skill_mcp.limits import (
     SKILL_MD,
     SKILL_NAME_PATTERN,
 )
-from skill_mcp.model import Catalog, ManifestEntry, Problem, Skill
+from skill_mcp.model import Catalog, ManifestEntry, PathTally, Problem, Skill
 from skill_mcp.paths import PathRefused, SkillDir, is_within, open_directory_in_place, path_refusal, real_path
 from skill_mcp.text import encodable, os_error_text, quoted, quoted_path
 
@@ -273,8 +273,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         description=description(frontmatter),
         when_to_use=when_to_use(frontmatter),
         file_limit_hit=walk.hit_limit,
-        skipped_paths=tuple(walk.skipped_paths),
-        skipped_count=walk.skipped_count,
+        skipped=walk.skipped,
     )
 
 
@@ -335,9 +334,6 @@ def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> _Manife
     return walk
 
 
-_SKIPPED_PATHS_KEPT = 8
-
-
 class _ManifestWalk:
     """One skill's walk: what it lists, what is queued, and the budgets that bound it."""
 
@@ -350,8 +346,7 @@ class _ManifestWalk:
         self.unusable_reported = self.unusable_unreported = 0
         self.hit_limit = False
         # Links and special files are skipped without a problem (§3.5); `check` still names them for the author.
-        self.skipped_paths: list[str] = []
-        self.skipped_count = 0
+        self.skipped = PathTally()
 
     def run(self, real_dir: str) -> None:
         """Walks until done or until a cap stops it (`hit_limit`)."""
@@ -373,9 +368,7 @@ class _ManifestWalk:
         is_dir = entry.is_dir(follow_symlinks=False)
         if not is_dir and not entry.is_file(follow_symlinks=False):  # links, FIFOs, sockets, devices
             if rel != SKILL_MD:  # a linked SKILL.md is still served, by skill_load
-                self.skipped_count += 1
-                if len(self.skipped_paths) < _SKIPPED_PATHS_KEPT:
-                    self.skipped_paths.append(rel)
+                self.skipped = self.skipped.plus(rel)
             return self._unlisted()
         refusal = path_refusal(rel)
         if refusal is not None:

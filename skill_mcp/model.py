@@ -64,6 +64,21 @@ class ManifestEntry:
     size: int
 
 
+_PATHS_NAMED = 8  # enough for a note to show which; the count says how many in all
+
+
+@dataclass(frozen=True, slots=True)
+class PathTally:
+    """Paths met one by one that a note names: the first few, and how many in all."""
+
+    first: tuple[str, ...] = ()
+    count: int = 0
+
+    def plus(self, path: str) -> PathTally:
+        first = self.first if len(self.first) == _PATHS_NAMED else (*self.first, path)
+        return PathTally(first, self.count + 1)
+
+
 @dataclass(frozen=True, slots=True)
 class Skill:
     """A served skill as discovery read it at boot."""
@@ -79,9 +94,8 @@ class Skill:
     description: str | None = None
     when_to_use: str | None = None
     file_limit_hit: bool = False
-    # Links and special files the manifest walk skipped (§3.5): the first few by path, and how many in all.
-    skipped_paths: tuple[str, ...] = ()
-    skipped_count: int = 0
+    # Links and special files the manifest walk skipped (§3.5).
+    skipped: PathTally = PathTally()
 
 
 @dataclass(frozen=True, slots=True)

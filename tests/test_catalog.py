@@ -22,7 +22,7 @@ from skill_mcp.limits import (
     MAX_UNLISTED_ENTRIES,
     MAX_UNUSABLE_PATH_PROBLEMS,
 )
-from skill_mcp.model import ManifestEntry, Problem
+from skill_mcp.model import ManifestEntry, PathTally, Problem
 from skill_mcp.paths import open_directory_in_place
 
 MIB = 1024 * 1024
@@ -658,8 +658,7 @@ def test_the_walk_counts_the_links_and_special_files_it_skips_but_not_a_linked_s
         (skill_dir / "docs" / f"link{index}").symlink_to("real.md")
     os.mkfifo(skill_dir / "pipe")
     skill = served(discover([str(root)], 32), "linked")
-    assert skill.skipped_count == 11
-    assert skill.skipped_paths == tuple(["pipe", *(f"docs/link{index}" for index in range(7))])
+    assert skill.skipped == PathTally(("pipe", *(f"docs/link{index}" for index in range(7))), 11)
 
 
 def test_a_declared_script_under_a_linked_directory_is_explained_too(root):
@@ -852,7 +851,7 @@ def test_a_directory_holding_exactly_what_every_budget_allows_is_walked_whole(ro
     catalog = discover([str(root)], 32)
     assert catalog.problems == ()
     skill = served(catalog, "full")
-    assert (len(skill.manifest), skill.skipped_count) == (MAX_FILES_PER_SKILL, MAX_UNLISTED_ENTRIES)
+    assert (len(skill.manifest), skill.skipped.count) == (MAX_FILES_PER_SKILL, MAX_UNLISTED_ENTRIES)
     assert not skill.file_limit_hit
 
 
