@@ -22,6 +22,7 @@ from .limits import (
     AGENT_SKILLS_NAME_RULE,
     INTERPRETERS,
     MAX_FILE_BYTES,
+    MAX_SCRIPT_BYTES,
     MAX_SKILL_MD_BYTES,
     is_agent_skills_name,
 )
@@ -135,8 +136,8 @@ def check_lines(report: Mapping[str, Any]) -> list[str]:
 
 def check_notes(deployment: Deployment) -> list[str]:
     """What an author would want to know that is no problem (a problem changes the exit code): which skills were
-    checked when no root was given or none was found, what a client will not see of a skill, and declared scripts
-    no deployment of skill-mcp can ever run."""
+    checked when no root was given or none was found, what a client will not see of a skill or will get cut, and
+    declared scripts no deployment of skill-mcp can ever run."""
     notes = []
     if deployment.roots_from == "default":
         notes.append(
@@ -164,12 +165,24 @@ def _skill_notes(skill: Skill) -> list[str]:
             f"are not offered them: {_named(skill.skipped)}; skill_file reads a link by its path only while it "
             "resolves inside the skill"
         )
+    oversized = PathTally.of(entry.path for entry in skill.manifest if entry.size > MAX_FILE_BYTES)
+    if oversized.count:
+        notes.append(
+            f"{skill.name}: {oversized.count} file(s) are over {MAX_FILE_BYTES} bytes, so skill_file and "
+            f"resources/read return only their first {MAX_FILE_BYTES} bytes: {_named(oversized)}"
+        )
+    sizes = {entry.path: entry.size for entry in skill.manifest}
     for entry in skill.declaration.runs:
         if entry.interpreter not in INTERPRETERS:
             notes.append(
                 f"{skill.name}: {quoted_path(entry.script)} declares the interpreter "
                 f"{quoted(entry.interpreter)}, and "
                 f"skill-mcp runs only {' and '.join(INTERPRETERS)}, so it never runs"
+            )
+        if sizes.get(entry.script, 0) > MAX_SCRIPT_BYTES:  # skill_run refuses it before hashing it
+            notes.append(
+                f"{skill.name}: {quoted_path(entry.script)} is {sizes[entry.script]} bytes, over the "
+                f"{MAX_SCRIPT_BYTES}-byte cap for a script, so skill_run never runs it"
             )
     return notes
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 
 # The stable reasons, in the order of SPEC §3.7; `spec` is the CLI's own (`skill-mcp check`).
@@ -73,6 +75,10 @@ class PathTally:
 
     first: tuple[str, ...] = ()
     count: int = 0
+
+    @classmethod
+    def of(cls, paths: Iterable[str]) -> PathTally:
+        return reduce(cls.plus, paths, cls())
 
     def plus(self, path: str) -> PathTally:
         first = self.first if len(self.first) == _PATHS_NAMED else (*self.first, path)

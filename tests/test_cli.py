@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from support import fails_after, payload
 
 from skill_mcp.config import BUNDLED_ROOT
-from skill_mcp.limits import MAX_FILE_BYTES, MAX_SKILL_MD_BYTES
+from skill_mcp.limits import MAX_FILE_BYTES, MAX_SCRIPT_BYTES, MAX_SKILL_MD_BYTES
 from skill_mcp.stderr import BACKLOG_LINES, BackgroundStderr
 
 SKILL_MCP = os.path.join(os.path.dirname(sys.executable), "skill-mcp")
@@ -162,12 +162,21 @@ def test_the_bundled_demo_skill_checks_clean(elsewhere: Path, via: str) -> None:
     assert cli_json(["check"], elsewhere) == {"roots": [BUNDLED_ROOT], "skills": ["skill-mcp-demo"], "problems": []}
 
 
+def notes_of_a_clean_check(root: Path, elsewhere: Path, skills: int) -> list[str]:
+    """The notes `check` prints on stderr for a root without problems, which leave its exit code 0."""
+    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout) == (0, f"{skills} skill(s), 0 problem(s)\n")
+    return stderr.splitlines()
+
+
+def first_eight_quoted(path_template: str) -> str:
+    return ", ".join(f'"{path_template.format(index)}"' for index in range(8)) + ", …"
+
+
 def test_check_notes_scripts_no_deployment_can_run_without_failing(root: Path, elsewhere: Path) -> None:
     runnable_tree(root)
-    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
-    assert (code, stdout) == (0, "3 skill(s), 0 problem(s)\n")
     never = 'declares the interpreter "bash", and skill-mcp runs only node and python3, so it never runs'
-    assert stderr.splitlines() == [
+    assert notes_of_a_clean_check(root, elsewhere, skills=3) == [
         f'skill-mcp: note: fetch: "scripts/run.sh" {never}',
         f'skill-mcp: note: shell-only: "run.sh" {never}',
         f'skill-mcp: note: upload: "scripts/run.sh" {never}',
@@ -192,14 +201,11 @@ def test_check_notes_what_clients_will_not_see_of_a_skill(root: Path, elsewhere:
         (skill / f"link{index}").symlink_to("SKILL.md" if index % 2 else "/etc/passwd")
     os.mkfifo(skill / "pipe")
     make_skill(root, "plain")
-    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
-    assert (code, stdout) == (0, "2 skill(s), 0 problem(s)\n")
-    first_eight = ", ".join(f'"link{index}"' for index in range(8))
-    assert stderr.splitlines() == [
+    assert notes_of_a_clean_check(root, elsewhere, skills=2) == [
         f"skill-mcp: note: big: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
         f"stop at byte {MAX_SKILL_MD_BYTES} of the file (frontmatter included); skill_file reads up to {MAX_FILE_BYTES} bytes of it",
         f"skill-mcp: note: big: 10 symbolic link(s) or special file(s) are not listed, so clients are not offered "
-        f"them: {first_eight}, …; skill_file reads a link by its path only while it resolves inside the skill",
+        f"them: {first_eight_quoted('link{}')}; skill_file reads a link by its path only while it resolves inside the skill",
     ]
 
 
@@ -211,6 +217,26 @@ def test_check_notes_an_unlisted_link_without_implying_more(root: Path, elsewher
         'skill-mcp: note: linked: 1 symbolic link(s) or special file(s) are not listed, so clients are not offered '
         'them: "link"; skill_file reads a link by its path only while it resolves inside the skill\n'
     )
+
+
+def test_check_notes_files_clients_get_cut_and_scripts_too_large_to_run(root: Path, elsewhere: Path) -> None:
+    sizes = {
+        **{f"data/{index}.bin": MAX_FILE_BYTES + 1 for index in range(9)},
+        "data/exact.bin": MAX_FILE_BYTES,
+        "scripts/run.py": MAX_SCRIPT_BYTES + 1,
+        "scripts/run.sh": MAX_SCRIPT_BYTES,  # at the cap: only its interpreter keeps it from running
+    }
+    skill = make_skill(root, "heavy", RUNNER.format(name="heavy", egress=""), files=dict.fromkeys(sizes, ""))
+    for path, size in sizes.items():
+        os.truncate(skill / path, size)  # sparse: no disk is spent
+    assert notes_of_a_clean_check(root, elsewhere, skills=1) == [
+        f"skill-mcp: note: heavy: 11 file(s) are over {MAX_FILE_BYTES} bytes, so skill_file and resources/read "
+        f"return only their first {MAX_FILE_BYTES} bytes: {first_eight_quoted('data/{}.bin')}",
+        f'skill-mcp: note: heavy: "scripts/run.py" is {MAX_SCRIPT_BYTES + 1} bytes, over the {MAX_SCRIPT_BYTES}-byte '
+        "cap for a script, so skill_run never runs it",
+        'skill-mcp: note: heavy: "scripts/run.sh" declares the interpreter "bash", and skill-mcp runs only node and '
+        "python3, so it never runs",
+    ]
 
 
 @pytest.mark.parametrize("args", [["serve", "{root}"], ["{root}"], ["serve", "--flag", "{root}"]])
