@@ -165,6 +165,11 @@ def _skill_notes(skill: Skill) -> list[str]:
             f"are not offered them: {_named(skill.skipped)}; skill_file reads a link by its path only while it "
             "resolves inside the skill"
         )
+    if skill.unlisted_dirs.count:
+        notes.append(
+            f"{skill.name}: {skill.unlisted_dirs.count} director(y/ies) could not be listed by this user, so "
+            f"nothing under them is offered to clients: {_named(skill.unlisted_dirs)}"
+        )
     oversized = PathTally.of(entry.path for entry in skill.manifest if entry.size > MAX_FILE_BYTES)
     if oversized.count:
         notes.append(

@@ -274,6 +274,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         when_to_use=when_to_use(frontmatter),
         file_limit_hit=walk.hit_limit,
         skipped=walk.skipped,
+        unlisted_dirs=walk.unlisted_dirs,
     )
 
 
@@ -345,8 +346,10 @@ class _ManifestWalk:
         self.unlisted_left = MAX_UNLISTED_ENTRIES
         self.unusable_reported = self.unusable_unreported = 0
         self.hit_limit = False
-        # Links and special files are skipped without a problem (§3.5); `check` still names them for the author.
+        # Links, special files and directories that cannot be listed are skipped without a problem (§3.5);
+        # `check` still names them for the author.
         self.skipped = PathTally()
+        self.unlisted_dirs = PathTally()
 
     def run(self, real_dir: str) -> None:
         """Walks until done or until a cap stops it (`hit_limit`)."""
@@ -358,6 +361,10 @@ class _ManifestWalk:
             # once, and no more than those are held.
             room = self.unlisted_left + MAX_FILES_PER_SKILL - len(self.files) + MAX_DIRS_PER_SKILL - self.dirs_enqueued
             with _listing(directory, room + 1) as entries:
+                if entries is None:
+                    if prefix:  # not the skill directory itself, whose SKILL.md read (§3.4) answers for it
+                        self.unlisted_dirs = self.unlisted_dirs.plus(prefix.rstrip("/"))
+                    continue
                 for entry in entries:
                     if self._take(entry, directory, prefix + entry.name):
                         self.hit_limit = True
@@ -430,15 +437,16 @@ class _ManifestWalk:
 
 
 @contextmanager
-def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]]]:
+def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]] | None]:
     """The first `at_most` entries of `directory` by name, sorted, read through a descriptor checked to be this very
     directory: one swapped for a link mid-walk (at boot, by a process of this uid) cannot put the names and sizes
     of an outside directory in the manifest. Entries are stat'ed through that descriptor, so it stays open while
-    they are used. A directory that cannot be opened or listed lists nothing."""
+    they are used. None for a directory that cannot be opened or listed."""
     fd = open_directory_in_place(directory)
     if fd is None:
-        yield []
+        yield None
         return
+    entries: list[os.DirEntry[str]] | None
     try:
         try:
             with os.scandir(fd) as listing:
@@ -448,7 +456,7 @@ def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]]]:
                 else:  # more names than the walk keeps: read through, keeping only the first ones by name
                     entries = heapq.nsmallest(at_most, chain(first, listing), key=_name)
         except OSError:
-            entries = []
+            entries = None
         yield entries
     finally:
         os.close(fd)

@@ -100,8 +100,9 @@ class Skill:
     description: str | None = None
     when_to_use: str | None = None
     file_limit_hit: bool = False
-    # Links and special files the manifest walk skipped (§3.5).
+    # What the manifest walk skipped silently (§3.5): links and special files, and directories it could not list.
     skipped: PathTally = PathTally()
+    unlisted_dirs: PathTally = PathTally()
 
 
 @dataclass(frozen=True, slots=True)

@@ -612,6 +612,21 @@ def test_a_file_this_uid_cannot_stat_is_not_listed_and_its_skill_is_still_served
     assert [entry.path for entry in served(catalog, "partly").manifest] == ["SKILL.md", "open.md"]
 
 
+def test_the_walk_counts_the_directories_this_uid_cannot_list_but_not_the_skill_directory_itself():
+    root = world_readable_dir()
+    files = {"open.md": "x", **{f"locked{index}/deeper/inside.md": "y" for index in range(9)}}
+    skill_dir = make_skill(root, "partly", files=files)
+    for index in range(9):
+        (skill_dir / f"locked{index}").chmod(0o700)  # root's: what lies under it is never met
+    make_skill(root, "sealed").chmod(0o711)  # SKILL.md is read through it, and its walk lists nothing
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert served(catalog, "partly").unlisted_dirs == PathTally(tuple(f"locked{index}" for index in range(8)), 9)
+    assert (served(catalog, "sealed").manifest, served(catalog, "sealed").unlisted_dirs) == ((), PathTally())
+
+
 def test_an_unexpected_failure_costs_one_skill_and_its_detail_quotes_nothing_read(root, monkeypatch):
     # No real input reaches this branch (that is what makes it unexpected), so the fault is injected.
     make_skill(root, "alpha")

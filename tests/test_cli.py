@@ -8,9 +8,11 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import pytest
 from conftest import make_skill
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
-from support import fails_after, payload
+from support import UNPRIVILEGED_UID, fails_after, payload, world_readable_dir
 
 from skill_mcp.config import BUNDLED_ROOT
 from skill_mcp.limits import MAX_FILE_BYTES, MAX_SCRIPT_BYTES, MAX_SKILL_MD_BYTES
@@ -35,12 +37,16 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def run_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None, via: str = "script") -> tuple[int, str, str]:
-    """Exit code, stdout and stderr; stdin stays open and output goes to files, so nothing can block on it."""
+def run_cli(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, via: str = "script", uid: int | None = None
+) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr; stdin stays open and output goes to files, so nothing can block on it. With
+    `uid`, the command runs as that user and group (setpriv), as the appliance runs the server."""
+    as_user = [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
     out, err = cwd / ".cli-stdout", cwd / ".cli-stderr"
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
         process = subprocess.Popen(
-            [*ENTRY_POINTS[via], *args], cwd=cwd, env={**BASE_ENV, **(env or {})},
+            [*as_user, *ENTRY_POINTS[via], *args], cwd=cwd, env={**BASE_ENV, **(env or {})},
             stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
         )  # fmt: skip
         try:
@@ -162,9 +168,9 @@ def test_the_bundled_demo_skill_checks_clean(elsewhere: Path, via: str) -> None:
     assert cli_json(["check"], elsewhere) == {"roots": [BUNDLED_ROOT], "skills": ["skill-mcp-demo"], "problems": []}
 
 
-def notes_of_a_clean_check(root: Path, elsewhere: Path, skills: int) -> list[str]:
+def notes_of_a_clean_check(root: Path, elsewhere: Path, skills: int, uid: int | None = None) -> list[str]:
     """The notes `check` prints on stderr for a root without problems, which leave its exit code 0."""
-    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
+    code, stdout, stderr = run_cli(["check", str(root)], elsewhere, uid=uid)
     assert (code, stdout) == (0, f"{skills} skill(s), 0 problem(s)\n")
     return stderr.splitlines()
 
@@ -236,6 +242,35 @@ def test_check_notes_files_clients_get_cut_and_scripts_too_large_to_run(root: Pa
         "cap for a script, so skill_run never runs it",
         'skill-mcp: note: heavy: "scripts/run.sh" declares the interpreter "bash", and skill-mcp runs only node and '
         "python3, so it never runs",
+    ]
+
+
+@pytest.fixture
+def unprivileged_cwd() -> Iterator[Path]:
+    """A directory uid 10001 can read, from which it can run this `skill-mcp` (pytest's tmp_path is root's)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (util-linux) to run skill-mcp as another user")
+    directory = world_readable_dir()
+    try:
+        code, _, stderr = run_cli(["--version"], directory, uid=UNPRIVILEGED_UID)
+        if code != 0:  # a per-user Python build other users cannot execute
+            pytest.skip(f"uid {UNPRIVILEGED_UID} cannot run this environment's skill-mcp: {stderr.strip()}")
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_check_as_the_servers_user_notes_the_directories_it_cannot_list(unprivileged_cwd: Path) -> None:
+    root = unprivileged_cwd / "root"
+    files = {"open.md": "o", "docs/guide.md": "g", "docs/private/notes.md": "n", "locked/inside.md": "i"}
+    skill = make_skill(root, "partly", files=files)
+    for directory in ("docs/private", "locked"):
+        (skill / directory).chmod(0o700)  # root's own, so uid 10001 cannot list it
+    # A skill directory it may search but not list: its SKILL.md is served and its walk lists nothing, as before.
+    make_skill(root, "sealed").chmod(0o711)
+    assert notes_of_a_clean_check(root, unprivileged_cwd, skills=2, uid=UNPRIVILEGED_UID) == [
+        "skill-mcp: note: partly: 2 director(y/ies) could not be listed by this user, so nothing under them is "
+        'offered to clients: "locked", "docs/private"',
     ]
 
 
