@@ -167,7 +167,8 @@ def _skill_notes(skill: Skill) -> list[str]:
         )
     if skill.unlisted_dirs.count:
         notes.append(
-            f"{skill.name}: {skill.unlisted_dirs.count} director(y/ies) could not be listed by this user, so "
+            f"{skill.name}: {skill.unlisted_dirs.count} {'directory' if skill.unlisted_dirs.count == 1 else 'directories'} "
+            "could not be listed by this user, so "
             f"nothing under them is offered to clients: {_named(skill.unlisted_dirs)}"
         )
     oversized = PathTally.of(entry.path for entry in skill.manifest if entry.size > MAX_FILE_BYTES)

@@ -269,7 +269,7 @@ def test_check_as_the_servers_user_notes_the_directories_it_cannot_list(unprivil
     # A skill directory it may search but not list: its SKILL.md is served and its walk lists nothing, as before.
     make_skill(root, "sealed").chmod(0o711)
     assert notes_of_a_clean_check(root, unprivileged_cwd, skills=2, uid=UNPRIVILEGED_UID) == [
-        "skill-mcp: note: partly: 2 director(y/ies) could not be listed by this user, so nothing under them is "
+        "skill-mcp: note: partly: 2 directories could not be listed by this user, so nothing under them is "
         'offered to clients: "locked", "docs/private"',
     ]
 
