@@ -117,6 +117,8 @@ def serve() -> int:
         scrub = hardening.scrub_environ()
         environ = dict(os.environ)  # the operator's: what the server sets for itself below is never a script's
         non_dumpable = hardening.make_non_dumpable()
+        # This process starts nothing but scripts: what one leaves running is reparented here, where it is killed.
+        hardening.adopt_orphans()
         from .files import keep_read_buffers_on_heap
 
         keep_read_buffers_on_heap()

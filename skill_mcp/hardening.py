@@ -16,6 +16,8 @@ from skill_mcp.text import os_error_text
 PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 PR_SET_NO_NEW_PRIVS = 38
 
 STAT_UNUSABLE = "/proc/self/stat carries no usable env_start/env_end (nothing written)"
@@ -151,6 +153,33 @@ def make_non_dumpable() -> bool:
         return _prctl(PR_GET_DUMPABLE) == 0
     except OSError:
         return False
+
+
+def adopt_orphans() -> bool:
+    """Make this process the reaper of its descendants' orphans, so what a script leaves running stays reachable
+    as a child of the server (runner.py kills it there). Only for a process that starts nothing but scripts, since
+    every child it has then is a script's. False where prctl cannot."""
+    if not prctl_available():
+        return False
+    try:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except OSError:
+        return False
+    return adopting_orphans()
+
+
+def adopting_orphans() -> bool:
+    """Whether orphaned descendants become this process's children: as PID 1, or after `adopt_orphans`."""
+    if os.getpid() == 1:
+        return True
+    if not prctl_available():
+        return False
+    flag = ctypes.c_int(0)
+    try:
+        _prctl(PR_GET_CHILD_SUBREAPER, ctypes.addressof(flag))
+    except OSError:
+        return False
+    return flag.value == 1
 
 
 def run_block_reason(scrub: ScrubResult, hosted: bool, allow_unscrubbed: bool) -> str | None:

@@ -12,13 +12,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from skill_mcp.hardening import ChildLimits, harden_child
+from skill_mcp.hardening import ChildLimits, adopting_orphans, harden_child
 from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST, INTERPRETERS, MAX_OUTPUT_BYTES, RESERVED_SCRIPT_ENV
 from skill_mcp.text import os_error_text
 
 TERM_GRACE_MS = 2000
 OUTPUT_DRAIN_MS = 250
 _SESSION_PASSES = 4
+_ADOPTED_PASSES = 1000  # each finds the links alive now; a chain forks far slower than one pass reads
+_QUIET_PASSES = 3
+_QUIET_PASS_GAP_S = 0.001
 HARD_DEADLINE_EXTRA_MS = 3250
 _READ_CHUNK = 65536
 _SETUP_REASON_MAX = 1024
@@ -86,7 +89,59 @@ def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:
             break
         for member in members:
             signalled = _signal(os.kill, member, sig) or signalled
+    if sig == signal.SIGKILL and adopting_orphans():
+        signalled = _kill_adopted(pid) or signalled
     return signalled
+
+
+def _kill_adopted(leader: int) -> bool:
+    """Kill, and collect, every child of a server that adopts orphans but the script's leader (its Popen collects
+    it): such a server starts nothing but scripts, so each is something a script left running, even one that left
+    its session with setsid. A chain of processes that each move to a new group, fork and exit outruns a scan of
+    /proc, but each link is the server's child once its parent is gone: caught here, one cheap pass per link."""
+    signalled, quiet_passes = False, 0
+    for pass_number in range(_ADOPTED_PASSES):
+        members = [(child, state) for child, state in _children() if child != leader]
+        if not members and pass_number == 0:
+            return False  # the script left nothing behind: the usual case, one pass
+        live = [child for child, state in members if state != b"Z"]
+        for child, state in members:
+            if state == b"Z":
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(child, os.WNOHANG)
+        for child in live:
+            signalled = _signal(os.kill, child, signal.SIGKILL) or signalled
+        # The children file can miss a child that is being reparented as it is read (proc(5)): only a few
+        # passes in a row that find nothing alive say that nothing is.
+        quiet_passes = 0 if live else quiet_passes + 1
+        if quiet_passes == _QUIET_PASSES:
+            break
+        if not live:
+            time.sleep(_QUIET_PASS_GAP_S)
+    return signalled
+
+
+def _children() -> list[tuple[int, bytes]]:
+    """The server's children as (pid, state), from /proc (none where there is no /proc)."""
+    children = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children", "rb") as listed:
+                pids = [int(pid) for pid in listed.read().split()]
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as status:
+                    fields = status.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            children.append((pid, fields[0]))
+    return children
 
 
 def _signal(send: Callable[[int, int], None], target: int, sig: int) -> bool:
@@ -118,8 +173,8 @@ def _left_the_group(session: int) -> list[int]:
 
 
 def _reap_orphans() -> None:
-    """As PID 1 (a container started without an init), the server inherits what earlier scripts left behind and
-    was killed: each would stay a zombie until collected. Called before a spawn, when no run of ours is waited on."""
+    """A server that adopts orphans (as PID 1, or a subreaper) inherits what earlier scripts left behind and was
+    killed: each would stay a zombie until collected. Called before a spawn, when no run of ours is waited on."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -336,7 +391,7 @@ async def run_process(
     on_start gets the pid as soon as the script runs; cancelling the call kills its process group.
     """
     loop = asyncio.get_running_loop()
-    if os.getpid() == 1:
+    if adopting_orphans():
         _reap_orphans()
     started = time.monotonic()
     process = _spawn(argv, cwd, env, limits)

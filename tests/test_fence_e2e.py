@@ -64,11 +64,28 @@ mcp-host:
 """
 
 
+# The leader's child leaves the session and leaves a sleeper behind; the leader exits once the child has gone.
+DETACH = """\
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    sleeper = os.fork()
+    if sleeper == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(sleeper, flush=True)
+    os._exit(0)
+os.wait()
+"""
+
+
 @pytest.fixture(scope="module")
 def sandbox() -> Path:
     """Skills and the server's code where uid 10001 can read them."""
     root = world_readable_dir()
     write_skill(root / "skills", "fence", SKILL, files={"peek.py": PEEK})
+    write_skill(root / "skills", "detach", SKILL.replace("fence", "detach").replace("peek.py", "detach.py"),
+                files={"detach.py": DETACH})
     site = root / "site"
     shutil.copytree(sysconfig.get_paths()["purelib"], site, ignore=shutil.ignore_patterns("__pycache__", "*.pth"))
     shutil.copytree(Path(REPO) / "skill_mcp", site / "skill_mcp", ignore=shutil.ignore_patterns("__pycache__"))
@@ -143,3 +160,18 @@ def test_the_same_script_reads_everything_from_an_unhardened_parent(sandbox: Pat
     )
     seen = json.loads(completed.stdout)
     assert seen["environ"]["sentinel"] is True
+
+
+def test_what_a_script_left_running_outside_its_session_dies_with_it(sandbox: Path) -> None:
+    # setsid escapes every group and session kill; the server adopts the orphan and kills it as the leader exits.
+    server = unprivileged_server(sandbox)
+    try:
+        legacy_handshake(server)
+        result = confirmed_run(server, {"name": "detach", "script": "detach.py"})
+        sleeper = int(result["stdout"])
+        alive = os.path.exists(f"/proc/{sleeper}") and open(f"/proc/{sleeper}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        server.close_stdin()
+        assert server.wait() == 0
+    finally:
+        server.kill()
+    assert (result["exitCode"], result["timedOut"], alive) == (0, False, False)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import fails_after, in_signal_mask
+from support import fails_after, in_signal_mask, world_readable_dir
 
 from skill_mcp.hardening import (
     ENVIRON_NOT_WIPED,
@@ -281,18 +281,21 @@ def sandbox() -> Path:
 
 
 def driver(
-    sandbox: Path, steps: str, interpreter: str, script: str, launcher: tuple[str, ...] = (), **popen
+    sandbox: Path, steps: str, interpreter: str, script: str, launcher: tuple[str, ...] = (), args: tuple[str, ...] = (),
+    **popen,
 ) -> subprocess.Popen:
     interpreter_path = {"python3": SYSTEM_PYTHON, "node": NODE}[interpreter]
     # A launcher starts the driver in its own way, as the unprivileged uid.
     argv = [*(launcher or UNPRIVILEGED), SYSTEM_PYTHON, "-B", str(sandbox / "fixtures" / "fence_driver.py"), steps,
-            interpreter, interpreter_path, str(sandbox / "fixtures" / "scripts" / script)]
+            interpreter, interpreter_path, str(sandbox / "fixtures" / "scripts" / script), *args]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(sandbox), "HOME": "/nonexistent", "FENCE_SECRET": "hunter2"}
     return subprocess.Popen(argv, env=env, cwd=sandbox, stdout=subprocess.PIPE, text=True, **popen)
 
 
-def drive(sandbox: Path, steps: str, interpreter: str, script: str, launcher: tuple[str, ...] = ()) -> dict:
-    process = driver(sandbox, steps, interpreter, script, launcher=launcher)
+def drive(
+    sandbox: Path, steps: str, interpreter: str, script: str, launcher: tuple[str, ...] = (), args: tuple[str, ...] = ()
+) -> dict:
+    process = driver(sandbox, steps, interpreter, script, launcher=launcher, args=args)
     stdout, _ = process.communicate(timeout=30)
     assert process.returncode == 0
     return json.loads(stdout)
@@ -357,8 +360,43 @@ def test_the_server_as_pid_1_is_scrubbed(sandbox: Path) -> None:
 def test_the_server_as_pid_1_reaps_what_a_script_left_behind(sandbox: Path) -> None:
     # Without an init, orphans are the server's: the first run's killed grandchild must not stay a zombie.
     report = drive(sandbox, "twice", "python3", "group_child.py", launcher=(*OWN_PID_NAMESPACE, *UNPRIVILEGED))
-    first_grandchild = int(report["outputs"][0].split()[1])
+    first_grandchild = int(report["runs"][0]["stdout"].split()[1])
     assert first_grandchild not in report["zombies"]
+
+
+@linux_only
+def test_a_relay_that_keeps_changing_group_dies_with_its_script(sandbox: Path) -> None:
+    # Each link lives too briefly for a scan of /proc to find it; adopted by the server, it is its child instead.
+    shared = world_readable_dir()
+    shared.chmod(0o777)
+    beat, stop = shared / "beat", shared / "stop"
+    try:
+        report = drive(sandbox, "adopt", "python3", "relay.py", args=(str(beat), str(stop)))
+        assert report["runs"][0]["stdout"] == "leader done\n"
+        time.sleep(0.5)
+        size = beat.stat().st_size
+        time.sleep(0.5)
+        assert beat.stat().st_size == size, "a relay still runs after its run settled"
+    finally:
+        stop.touch()
+        time.sleep(0.2)
+        shutil.rmtree(shared)
+
+
+@linux_only
+def test_a_grandchild_that_left_the_session_dies_with_its_script(sandbox: Path) -> None:
+    # setsid puts it out of reach of any group or session kill; adopted by the server, it is killed as its leader
+    # exits, so the run settles at once rather than at the hard deadline.
+    report = drive(sandbox, "adopt", "python3", "detached_spinner.py")
+    run = report["runs"][0]
+    grandchild = int(run["stdout"].split()[1])
+    assert (run["timedOut"], run["durationMs"] < 2000) == (False, True)
+    assert not os.path.exists(f"/proc/{grandchild}") or process_state(grandchild) == "Z"
+
+
+def process_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
 
 
 @linux_only

@@ -728,3 +728,4 @@ async def test_no_ignored_or_blocked_signal_reaches_the_script(tmp_path: Path) -
     assert int(masks["SigBlk"], 16) == 0
     # Python ignores SIGPIPE and SIGXFSZ for itself at start; nothing else is ignored.
     assert int(masks["SigIgn"], 16) == 1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)
+
