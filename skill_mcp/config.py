@@ -99,11 +99,12 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
             warnings.append(ConfigWarning(name, "only the value 1 turns this on; it stays off"))
         return value == "1"
 
-    def positive(name: str, ceiling: int) -> int | None:
+    def positive(name: str, ceiling: int, unit: str) -> int | None:
         value = var(name)
         number = _decimal(value)
         if value is not None and (number is None or not 1 <= number <= ceiling):
-            warnings.append(ConfigWarning(name, f"not a positive decimal integer up to {ceiling}; limit not applied"))
+            problem = f"not a positive decimal integer of {unit} (at most {ceiling}); the limit is not applied"
+            warnings.append(ConfigWarning(name, problem))
             return None
         return number
 
@@ -153,8 +154,8 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
         max_skills=_max_skills(var("MCP_MAX_SKILLS"), warnings),
         node_override=var("MCP_SKILL_NODE"),
         python_override=var("MCP_SKILL_PYTHON"),
-        rlimit_nproc=positive("MCP_SKILL_RLIMIT_NPROC", RLIMIT_MAX),
-        rlimit_as_mb=positive("MCP_SKILL_RLIMIT_AS_MB", RLIMIT_MAX // MIB),
+        rlimit_nproc=positive("MCP_SKILL_RLIMIT_NPROC", RLIMIT_MAX, "processes"),
+        rlimit_as_mb=positive("MCP_SKILL_RLIMIT_AS_MB", RLIMIT_MAX // MIB, "MiB"),
         log_level=log_level,
         log_format=log_format,
         egress_fenced=flag("MCP_EGRESS_FENCED"),

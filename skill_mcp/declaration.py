@@ -12,6 +12,7 @@ from skill_mcp.limits import (
     DEFAULT_TIMEOUT_MS,
     EGRESS_PATTERN,
     ENV_NAME_PATTERN,
+    LOADER_VARIABLES,
     MAX_TIMEOUT_MS,
     PROXY_VARIABLES,
     RESERVED_SCRIPT_ENV,
@@ -150,6 +151,11 @@ def _read_run_env(at: str, entry: dict[Any, Any], findings: list[str]) -> tuple[
             findings.append(f"{at} env item {index} is not an identifier (letters, digits, _); ignored")
         elif item in PROXY_VARIABLES:
             findings.append(f"{at} asks for {item}, which is reserved: a proxy URL can carry credentials; refused")
+        elif item in LOADER_VARIABLES:
+            findings.append(
+                f"{at} asks for {item}, which is reserved: it changes what the interpreter loads before the script; "
+                "refused"
+            )
         elif item in RESERVED_SCRIPT_ENV:
             findings.append(f"{at} asks for {item}, which is reserved: it is set by the host for itself; refused")
         else:

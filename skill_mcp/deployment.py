@@ -91,18 +91,24 @@ def build_deployment(
         extension_names=extension_names,
         environ=environ,
     )
-    return deployment, [*warnings, *interpreter_warnings, *_data_dir_warnings(config)]
+    return deployment, [*warnings, *interpreter_warnings, *_environment_warnings(config)]
 
 
-def _data_dir_warnings(config: Config) -> list[ConfigWarning]:
+def _environment_warnings(config: Config) -> list[ConfigWarning]:
+    """What the configuration cannot do on this machine, as this user."""
+    warnings = []
     data_dir = config.data_dir
-    if not keeps_spent_on_disk(config.confirm_secret, config.host_confirm_secret, data_dir) or os.path.isdir(data_dir):
-        return []
-    problem = (
-        "is not an existing directory, so no approval can be recorded as spent and every confirmed run is refused; "
-        "create it, writable by the server's user (the server creates only .mcp-confirm/spent in it)"
-    )
-    return [ConfigWarning("MCP_DATA_DIR", problem)]
+    if keeps_spent_on_disk(config.confirm_secret, config.host_confirm_secret, data_dir) and not os.path.isdir(data_dir):
+        warnings.append(ConfigWarning("MCP_DATA_DIR", (
+            "is not an existing directory, so no approval can be recorded as spent and every confirmed run is "
+            "refused; create it, writable by the server's user (the server creates only .mcp-confirm/spent in it)"
+        )))
+    if config.rlimit_nproc is not None and os.geteuid() == 0:
+        warnings.append(ConfigWarning("MCP_SKILL_RLIMIT_NPROC", (
+            "has no effect while the server runs as root: the kernel does not hold root to RLIMIT_NPROC; run the "
+            "server as an unprivileged user"
+        )))
+    return warnings
 
 
 def _working_directory() -> str | None:

@@ -54,17 +54,23 @@ AMBIENT_SCRIPT_ALLOWLIST = ("PATH", "HOME", "LANG", "TZ", "TMPDIR")
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 
+# Variables that change what an interpreter or the dynamic loader runs before the script itself.
+LOADER_VARIABLES = frozenset(
+    {
+        "NODE_OPTIONS", "NODE_REPL_EXTERNAL_MODULE", "NODE_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
+        "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
+    }
+)
 # §9.6's list, plus the proxy variables, which are never handed to scripts either (§2.2): a proxy URL can carry
 # credentials. A declaration asking for any of these draws a problem; the environment drops it regardless.
 RESERVED_SCRIPT_ENV = frozenset(
     {
         *PROXY_VARIABLES,
+        *LOADER_VARIABLES,
         "MCP_SKILLS_PATH", "MCP_SKILL_RUN", "SKILLS_DIR", "MCP_HOST_METER_FILE", "MCP_BLOB_BASE_URL",
         "MCP_BLOB_SIGNING_KEY", "MCP_SKILL_ALLOW_UNSCRUBBED", "MCP_CONFIRM_MODE", "MCP_CONFIRM_ELICITATION",
         "MCP_CONFIRM_TTL_SECONDS", "MCP_CONFIRM_SECRET", "MCP_HOST_CONFIRM_SECRET", "MCP_MAX_SKILLS",
         "MCP_SKILL_NODE", "MCP_SKILL_PYTHON", "MCP_SKILL_RLIMIT_NPROC", "MCP_SKILL_RLIMIT_AS_MB",
-        "MCP_LOG_LEVEL", "MCP_LOG_FORMAT", "MCP_EGRESS_FENCED", "MCP_EGRESS_ALLOW", "NODE_OPTIONS",
-        "NODE_REPL_EXTERNAL_MODULE", "NODE_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
-        "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
+        "MCP_LOG_LEVEL", "MCP_LOG_FORMAT", "MCP_EGRESS_FENCED", "MCP_EGRESS_ALLOW",
     }
 )

@@ -299,6 +299,30 @@ def test_a_host_secret_that_will_not_be_used_warns(environ, warned):
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "unit", "ceiling"),
+    [("MCP_SKILL_RLIMIT_NPROC", "processes", 2**62), ("MCP_SKILL_RLIMIT_AS_MB", "MiB", 2**62 // 1048576)],
+)
+def test_an_invalid_rlimit_warns_in_its_unit(name, unit, ceiling):
+    config, warnings = load(**{name: "0"})
+    assert (config.rlimit_nproc, config.rlimit_as_mb) == (None, None)
+    assert [(w.variable, w.problem) for w in warnings] == [
+        (name, f"not a positive decimal integer of {unit} (at most {ceiling}); the limit is not applied")
+    ]
+
+
+def test_a_process_limit_for_a_root_server_warns_that_it_does_nothing(tmp_path):
+    _, warnings = build_deployment({"MCP_SKILL_RLIMIT_NPROC": "64"}, cwd=str(tmp_path))
+    expected = [(
+        "MCP_SKILL_RLIMIT_NPROC",
+        "has no effect while the server runs as root: the kernel does not hold root to RLIMIT_NPROC; run the "
+        "server as an unprivileged user",
+    )]
+    assert [(w.variable, w.problem) for w in warnings if w.variable == "MCP_SKILL_RLIMIT_NPROC"] == (
+        expected if os.geteuid() == 0 else []
+    )
+
+
 def test_a_spent_store_in_a_missing_data_dir_warns_at_boot(tmp_path):
     missing = tmp_path / "missing"
     _, warned = build_deployment({"MCP_CONFIRM_SECRET": "s1", "MCP_DATA_DIR": str(missing)}, cwd=str(tmp_path))

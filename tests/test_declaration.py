@@ -256,7 +256,7 @@ def test_env_items():
         f"{AT} env item 7 is not an identifier (letters, digits, _); ignored",
         f"{AT} env item 8 is not an identifier (letters, digits, _); ignored",
         f"{AT} env item 9 is not an identifier (letters, digits, _); ignored",
-        f"{AT} asks for LD_PRELOAD, which is reserved: it is set by the host for itself; refused",
+        f"{AT} asks for LD_PRELOAD, which is reserved: it changes what the interpreter loads before the script; refused",
     ]
 
 
