@@ -24,6 +24,7 @@ from .limits import (
     MAX_FILE_BYTES,
     MAX_SCRIPT_BYTES,
     MAX_SKILL_MD_BYTES,
+    SKILL_MD,
     is_agent_skills_name,
 )
 from .model import PathTally, Problem, Skill
@@ -149,6 +150,10 @@ def check_notes(deployment: Deployment) -> list[str]:
             f"no skill was found under {', '.join(deployment.roots)}: a skill is a directory holding a SKILL.md, "
             "given as a ROOT itself or placed in a ROOT or in its `skills` directory"
         )
+    for problem in deployment.problems:  # `check path/to/SKILL.md`: the skill is the directory holding it
+        not_a_directory = problem.reason == "root-unreadable" and problem.detail == "not a directory"
+        if not_a_directory and os.path.basename(problem.path) == SKILL_MD:
+            notes.append(f"{problem.path} is a skill's {SKILL_MD}: give its directory, {os.path.dirname(problem.path)}")
     return [*notes, *(note for skill in deployment.skills for note in _skill_notes(skill))]
 
 

@@ -201,6 +201,13 @@ def test_check_notes_a_root_holding_no_skill(root: Path, elsewhere: Path) -> Non
     assert run_cli(["check", str(root)], elsewhere)[2] == ""
 
 
+def test_check_given_a_skill_md_says_to_give_its_directory(root: Path, elsewhere: Path) -> None:
+    skill_md = make_skill(root, "alpha") / "SKILL.md"
+    code, stdout, stderr = run_cli(["check", str(skill_md)], elsewhere)
+    assert code == 1 and f"root-unreadable  {skill_md}: not a directory" in stdout
+    assert stderr == f"skill-mcp: note: {skill_md} is a skill's SKILL.md: give its directory, {root / 'alpha'}\n"
+
+
 def test_check_notes_what_clients_will_not_see_of_a_skill(root: Path, elsewhere: Path) -> None:
     skill = make_skill(root, "big", body="x" * MAX_SKILL_MD_BYTES)
     for index in range(9):
