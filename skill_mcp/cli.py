@@ -119,6 +119,9 @@ def serve() -> int:
         non_dumpable = hardening.make_non_dumpable()
         # This process starts nothing but scripts: what one leaves running is reparented here, where it is killed.
         hardening.adopt_orphans()
+        # An ignored SIGCHLD (inherited through exec) would have the kernel collect every script, and its exit
+        # status with it.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         from .files import keep_read_buffers_on_heap
 
         keep_read_buffers_on_heap()

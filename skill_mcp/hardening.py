@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST
 from skill_mcp.text import os_error_text
 
 PR_SET_PDEATHSIG = 1
@@ -136,12 +137,17 @@ def scrub_environ(io: ScrubIO = REAL_SCRUB_IO) -> ScrubResult:
         io.write_mem(start, bytes(end - start))
         if any(io.read_environ()):
             return ScrubResult("failed", reason=ENVIRON_NOT_WIPED)
-        # The variables a wipe hides here are worth nothing while a same-uid init still shows them all.
-        if any(io.read_init_environ()):
+        # The variables a wipe hides here are worth nothing while a same-uid init still shows them all; those every
+        # script is handed anyway (PATH, HOME, ...) hide nothing.
+        if _names(io.read_init_environ()) - set(AMBIENT_SCRIPT_ALLOWLIST):
             return ScrubResult("failed", reason=INIT_HOLDS_ENVIRON)
         return ScrubResult("scrubbed", wiped_bytes=end - start)
     except Exception as exc:  # noqa: BLE001 - the scrub reports, it never raises
         return ScrubResult("failed", reason=str(exc) or type(exc).__name__)
+
+
+def _names(environ_block: bytes) -> set[str]:
+    return {entry.split(b"=", 1)[0].decode(errors="replace") for entry in environ_block.split(b"\0") if entry}
 
 
 def make_non_dumpable() -> bool:

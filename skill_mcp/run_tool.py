@@ -33,6 +33,7 @@ from .runner import (
     SpawnFailed,
     build_argv,
     kill_process_group,
+    leader_collected,
     network_note,
     run_process,
     script_environment,
@@ -49,6 +50,8 @@ from .tools import (
     text_result,
     unavailable_reason,
 )
+
+LEADER_WAIT_SECONDS = 2.0  # at most, for a cancelled run's killed leader to be collected
 
 
 class Refused(ToolFailure):
@@ -376,8 +379,13 @@ class RunService:
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
             return await self._execute(draft)
         finally:
-            if self._active is not None:  # cancelled, or failed unexpectedly: nothing was captured
-                self._log_stopped_end(self._active)
+            active = self._active
+            if active is not None:  # cancelled, or failed unexpectedly: nothing was captured
+                self._log_stopped_end(active)
+                # Its killed leader may still be dying; the next run starts once it is gone, or that leader's exit
+                # would sweep the next run's processes as left behind.
+                with anyio.move_on_after(LEADER_WAIT_SECONDS, shield=True):
+                    await leader_collected(active.pid)
             self._busy = False
             self._active = None
 

@@ -22,6 +22,10 @@ _SESSION_PASSES = 4
 _ADOPTED_PASSES = 1000  # each finds the links alive now; a chain forks far slower than one pass reads
 _QUIET_PASSES = 3
 _QUIET_PASS_GAP_S = 0.001
+# Leaders spawned here that their Popen has not collected yet: their start time (clock ticks since boot), and
+# an event set once collected. The sweep of adopted processes leaves them to their Popen, and spares any process
+# older than the script.
+_LEADERS: dict[int, tuple[int, asyncio.Event]] = {}
 HARD_DEADLINE_EXTRA_MS = 3250
 _READ_CHUNK = 65536
 _SETUP_REASON_MAX = 1024
@@ -95,20 +99,21 @@ def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:
 
 
 def _kill_adopted(leader: int) -> bool:
-    """Kill, and collect, every child of a server that adopts orphans but the script's leader (its Popen collects
-    it): such a server starts nothing but scripts, so each is something a script left running, even one that left
-    its session with setsid. A chain of processes that each move to a new group, fork and exit outruns a scan of
-    /proc, but each link is the server's child once its parent is gone: caught here, one cheap pass per link."""
+    """Kill, and collect, what a script left running that the server adopted (as a subreaper or PID 1): every child
+    that started after the script's leader, bar the leaders a Popen still owns, even one that left its session with
+    setsid. A chain of processes that each move to a new group, fork and exit outruns a scan of /proc, but each
+    link is the server's child once its parent is gone: caught here, one cheap pass per link."""
+    if leader not in _LEADERS:
+        return False  # collected already: what it left was swept as it exited
+    born = _LEADERS[leader][0]
     signalled, quiet_passes = False, 0
     for pass_number in range(_ADOPTED_PASSES):
-        members = [(child, state) for child, state in _children() if child != leader]
+        members = [(child, state) for child, state, start in _children() if child not in _LEADERS and start >= born]
         if not members and pass_number == 0:
             return False  # the script left nothing behind: the usual case, one pass
-        live = [child for child, state in members if state != b"Z"]
-        for child, state in members:
-            if state == b"Z":
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(child, os.WNOHANG)
+        # A zombie whose other threads still run (its main thread ended first) cannot be collected yet: it is
+        # alive until waitpid takes it.
+        live = [child for child, state in members if state != b"Z" or not _collected(child)]
         for child in live:
             signalled = _signal(os.kill, child, signal.SIGKILL) or signalled
         # The children file can miss a child that is being reparented as it is read (proc(5)): only a few
@@ -121,8 +126,23 @@ def _kill_adopted(leader: int) -> bool:
     return signalled
 
 
-def _children() -> list[tuple[int, bytes]]:
-    """The server's children as (pid, state), from /proc (none where there is no /proc)."""
+def _collected(child: int) -> bool:
+    try:
+        return os.waitpid(child, os.WNOHANG)[0] == child
+    except ChildProcessError:
+        return True
+
+
+def _collect_zombies() -> None:
+    """Collect the adopted children that have died, so none holds a pid (or a slot of RLIMIT_NPROC) until the run
+    ends; a leader is left to its Popen."""
+    for child, state, _ in _children():
+        if state == b"Z" and child not in _LEADERS:
+            _collected(child)
+
+
+def _children() -> list[tuple[int, bytes, int]]:
+    """The server's children as (pid, state, start time in clock ticks), from /proc (none without /proc)."""
     children = []
     try:
         tasks = os.listdir("/proc/self/task")
@@ -135,13 +155,19 @@ def _children() -> list[tuple[int, bytes]]:
         except OSError:
             continue
         for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as status:
-                    fields = status.read().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            children.append((pid, fields[0]))
+            fields = _stat_fields(pid)
+            if fields is not None:
+                children.append((pid, fields[0], int(fields[19])))
     return children
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """Fields 3 onwards of /proc/<pid>/stat (the state first), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as status:
+            return status.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def _signal(send: Callable[[int, int], None], target: int, sig: int) -> bool:
@@ -161,27 +187,13 @@ def _left_the_group(session: int) -> list[int]:
     except OSError:
         return []
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as status:
-                fields = status.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
+        fields = _stat_fields(pid)
+        if fields is None:
             continue  # gone meanwhile
         state, pgrp, sid = fields[0], int(fields[2]), int(fields[3])
         if sid == session and pgrp != session and state != b"Z":
             members.append(pid)
     return members
-
-
-def _reap_orphans() -> None:
-    """A server that adopts orphans (as PID 1, or a subreaper) inherits what earlier scripts left behind and was
-    killed: each would stay a zombie until collected. Called before a spawn, when no run of ours is waited on."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildLimits) -> subprocess.Popen:
@@ -197,10 +209,13 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildL
             raise
 
     try:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, close_fds=True, start_new_session=True, preexec_fn=child_setup,
         )
+        fields = _stat_fields(process.pid)
+        _LEADERS[process.pid] = (int(fields[19]) if fields else 0, asyncio.Event())
+        return process
     except OSError as exc:
         reason = os_error_text(exc)
         raise SpawnFailed(f"{reason}: {exc.filename}" if exc.filename else reason) from exc
@@ -218,9 +233,10 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildL
 def _watch_exit(loop: asyncio.AbstractEventLoop, process: subprocess.Popen, on_exit: Callable[[], None]) -> None:
     """Call on_exit once the leader is reaped; never looks at its pipes, which a grandchild may hold.
 
-    What the script left running in its process group or session is killed as it exits, before it is reaped: the
-    unreaped leader still holds the group and session id, so the signal cannot reach one that reused it. (A child
-    that left the session with setsid is out of reach; the hard deadline bounds what it can still write here.)"""
+    What the script left running in its process group or session, or left for the server to adopt, is killed as
+    it exits, before it is reaped: the unreaped leader still holds the group and session id, so the signal cannot
+    reach one that reused it. (Without adoption, a child that left the session with setsid is out of reach; the
+    hard deadline bounds what it can still write here.)"""
     try:
         pidfd = os.pidfd_open(process.pid)
     except (AttributeError, OSError):
@@ -308,7 +324,10 @@ class _Run:
         self.drain = self.loop.call_later(OUTPUT_DRAIN_MS / 1000, self.settle)
 
     def _leader_exited(self) -> None:
+        """The leader has exited and its Popen has collected it."""
         self.exited = True
+        _, collected = _LEADERS.pop(self.process.pid, (0, asyncio.Event()))
+        collected.set()
         if self.finished:
             return
         if any(c.is_open for c in self.captures):
@@ -370,6 +389,12 @@ class _Run:
         )
 
 
+async def leader_collected(pid: int) -> None:
+    """Returns once the leader `pid` has exited and been collected (at once for one that is)."""
+    if pid in _LEADERS:
+        await _LEADERS[pid][1].wait()
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -392,7 +417,10 @@ async def run_process(
     """
     loop = asyncio.get_running_loop()
     if adopting_orphans():
-        _reap_orphans()
+        _collect_zombies()
+        # Each death is collected as it happens; off the main thread, at the next sweep instead.
+        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+            loop.add_signal_handler(signal.SIGCHLD, _collect_zombies)
     started = time.monotonic()
     process = _spawn(argv, cwd, env, limits)
     run = _Run(loop, process, timeout_ms, started)
@@ -404,3 +432,4 @@ async def run_process(
         if not run.finished:
             kill_process_group(process.pid)
             run.settle()
+

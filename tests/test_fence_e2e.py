@@ -7,12 +7,16 @@ under Debian's python3 with the test's own site-packages on its path; the script
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,6 +82,33 @@ if os.fork() == 0:
 os.wait()
 """
 
+# The leader's child leaves the session, starts a thread and ends its main thread alone (SYS_exit): the process
+# then reads as a zombie ("Z") in /proc while its thread runs on.
+THREAD_LEFT = """\
+import ctypes, os, threading, time
+if os.fork() == 0:
+    os.setsid()
+    threading.Thread(target=time.sleep, args=(60,)).start()
+    print(os.getpid(), flush=True)
+    ctypes.CDLL(None).syscall(60, 0)  # SYS_exit on x86-64: this thread only
+time.sleep(0.5)
+"""
+
+# Each shell backgrounds a short job and exits: the job, orphaned, ends as a zombie of its reaper. Reports how many
+# zombies the server (the script's parent) holds once every job has ended.
+BACKGROUND = """\
+import os, subprocess, time
+for _ in range(50):
+    subprocess.run(["/bin/sh", "-c", "/bin/sleep 0.01 &"], check=True)
+time.sleep(0.5)
+server = os.getppid()
+zombies = 0
+for task in os.listdir(f"/proc/{server}/task"):
+    for child in open(f"/proc/{server}/task/{task}/children").read().split():
+        zombies += open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+print(zombies)
+"""
+
 
 @pytest.fixture(scope="module")
 def sandbox() -> Path:
@@ -86,6 +117,12 @@ def sandbox() -> Path:
     write_skill(root / "skills", "fence", SKILL, files={"peek.py": PEEK})
     write_skill(root / "skills", "detach", SKILL.replace("fence", "detach").replace("peek.py", "detach.py"),
                 files={"detach.py": DETACH})
+    write_skill(root / "skills", "linger", SKILL.replace("fence", "linger").replace("peek.py", "linger.py"),
+                files={"linger.py": THREAD_LEFT})
+    write_skill(root / "skills", "background", SKILL.replace("fence", "background").replace("peek.py", "background.py"),
+                files={"background.py": BACKGROUND})
+    write_skill(root / "skills", "fail", SKILL.replace("fence", "fail").replace("peek.py", "fail.py"),
+                files={"fail.py": "import sys\nsys.exit(3)\n"})
     site = root / "site"
     shutil.copytree(sysconfig.get_paths()["purelib"], site, ignore=shutil.ignore_patterns("__pycache__", "*.pth"))
     shutil.copytree(Path(REPO) / "skill_mcp", site / "skill_mcp", ignore=shutil.ignore_patterns("__pycache__"))
@@ -95,7 +132,7 @@ def sandbox() -> Path:
     shutil.rmtree(root)
 
 
-def unprivileged_server(sandbox: Path) -> LineClient:
+def unprivileged_server(sandbox: Path, launcher: tuple[str, ...] = ()) -> LineClient:
     drop = ["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups"] if os.geteuid() == 0 else []
     environ = {
         "PATH": "/usr/bin:/bin",
@@ -106,7 +143,20 @@ def unprivileged_server(sandbox: Path) -> LineClient:
         "MCP_SKILL_PYTHON": SYSTEM_PYTHON,
         "NEIGHBOUR_TOKEN": SENTINEL,
     }
-    return LineClient([*drop, SYSTEM_PYTHON, "-m", "skill_mcp"], environ, cwd=str(sandbox))
+    return LineClient([*launcher, *drop, SYSTEM_PYTHON, "-m", "skill_mcp"], environ, cwd=str(sandbox))
+
+
+@contextlib.contextmanager
+def serving(sandbox: Path, launcher: tuple[str, ...] = ()) -> Iterator[LineClient]:
+    """The unprivileged server after its handshake; at the end it must exit 0 on the end of its input."""
+    server = unprivileged_server(sandbox, launcher)
+    try:
+        legacy_handshake(server)
+        yield server
+        server.close_stdin()
+        assert server.wait() == 0
+    finally:
+        server.kill()
 
 
 def confirmed_run(server: LineClient, call: dict) -> dict:
@@ -164,14 +214,89 @@ def test_the_same_script_reads_everything_from_an_unhardened_parent(sandbox: Pat
 
 def test_what_a_script_left_running_outside_its_session_dies_with_it(sandbox: Path) -> None:
     # setsid escapes every group and session kill; the server adopts the orphan and kills it as the leader exits.
-    server = unprivileged_server(sandbox)
-    try:
-        legacy_handshake(server)
+    with serving(sandbox) as server:
         result = confirmed_run(server, {"name": "detach", "script": "detach.py"})
-        sleeper = int(result["stdout"])
-        alive = os.path.exists(f"/proc/{sleeper}") and open(f"/proc/{sleeper}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-        server.close_stdin()
-        assert server.wait() == 0
+        left = live_threads(int(result["stdout"]))
+    assert (result["exitCode"], result["timedOut"], left) == (0, False, [])
+
+
+def live_threads(pid: int) -> list[str]:
+    """The threads of `pid` that are not zombies (none once it is gone)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    states = []
+    for task in tasks:
+        try:
+            states.append(open(f"/proc/{pid}/task/{task}/stat").read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            continue
+    return [state for state in states if state not in ("Z", "X")]
+
+
+def test_a_process_whose_main_thread_ended_does_not_outlive_its_run(sandbox: Path) -> None:
+    # Its zombie-looking leader must not pass for dead: SIGKILL reaches its remaining thread.
+    lingerer = None
+    try:
+        with serving(sandbox) as server:
+            result = confirmed_run(server, {"name": "linger", "script": "linger.py"})
+            lingerer = int(result["stdout"])
+            time.sleep(0.5)
+            left = live_threads(lingerer)
     finally:
-        server.kill()
-    assert (result["exitCode"], result["timedOut"], alive) == (0, False, False)
+        if lingerer is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(lingerer, signal.SIGKILL)
+    assert (result["exitCode"], left) == (0, [])
+
+
+def test_what_a_script_orphans_is_collected_while_it_runs(sandbox: Path) -> None:
+    # Adopted orphans that end are zombies of the server: held until the run ends, each keeps a pid and a slot of
+    # the uid's RLIMIT_NPROC, and a script that backgrounds jobs through a shell runs out of both.
+    with serving(sandbox) as server:
+        result = confirmed_run(server, {"name": "background", "script": "background.py"})
+    assert (result["exitCode"], result["stdout"]) == (0, "0\n"), result["stderr"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nsenter"), reason="needs root, unshare and nsenter")
+def test_the_server_as_pid_1_leaves_an_operators_background_job_alone(sandbox: Path) -> None:
+    # Without an init the server is PID 1, and every orphan in the container becomes its child: one of a
+    # `docker exec` too. Such a job is no script's, and no run's end may kill it.
+    job: list[str] = []
+    try:
+        with serving(sandbox, launcher=("unshare", "--pid", "--fork", "--mount-proc")) as server:
+            # unshare forks the namespace's PID 1, which setpriv turns into the server
+            (host_pid,) = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), server.process.pid, "python3")]
+            drop = ["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups"]
+            subprocess.run(  # docker exec's stand-in: enter the namespace, background a job, leave
+                ["nsenter", "-t", str(host_pid), "-p", "-m", *drop, "/bin/sh", "-c", "sleep 60 >/dev/null 2>&1 &"],
+                capture_output=True, text=True, timeout=10, check=True,
+            )
+            job = [pid for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), host_pid, "sleep")]
+            result = confirmed_run(server, {"name": "fence", "script": "peek.py"})
+            time.sleep(0.2)
+            alive = len(job) == 1 and live_threads(int(job[0])) != []
+    finally:
+        for pid in job:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    assert (result["exitCode"], alive) == (0, True)
+
+
+def is_child(pid: int, parent: int, comm: str) -> bool:
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return int(fields[1]) == parent and open(f"/proc/{pid}/comm").read().strip() == comm
+    except OSError:
+        return False
+
+
+def test_a_server_started_with_sigchld_ignored_still_reports_exit_codes(sandbox: Path) -> None:
+    # exec keeps SIG_IGN: a launcher that ignores SIGCHLD makes the kernel reap every child at once, and Popen,
+    # finding nothing to wait for (ECHILD), reads exit status 0. The server must restore SIGCHLD for itself.
+    ignoring = ("/usr/bin/python3", "-c",
+                "import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); os.execvp(sys.argv[1], sys.argv[1:])")
+    with serving(sandbox, launcher=ignoring) as server:
+        result = confirmed_run(server, {"name": "fail", "script": "fail.py"})
+    assert (result["exitCode"], result["signal"]) == (3, None)

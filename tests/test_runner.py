@@ -729,3 +729,29 @@ async def test_no_ignored_or_blocked_signal_reaches_the_script(tmp_path: Path) -
     # Python ignores SIGPIPE and SIGXFSZ for itself at start; nothing else is ignored.
     assert int(masks["SigIgn"], 16) == 1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)
 
+
+
+@pytest.fixture
+def adopting_orphans():
+    """This process adopts its descendants' orphans for the test, as `serve` does."""
+    from skill_mcp import hardening
+
+    if not hardening.adopt_orphans():
+        pytest.skip("PR_SET_CHILD_SUBREAPER is unavailable")
+    try:
+        yield
+    finally:
+        hardening._prctl(hardening.PR_SET_CHILD_SUBREAPER, 0)
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_runs_late_exit_leaves_the_next_run_alone(tmp_path: Path, adopting_orphans) -> None:
+    # A cancelled call settles before its SIGKILLed leader is reaped, and the next run may start at once (a
+    # client cancels and calls again). The first leader's exit, seen later, must not kill the second run as
+    # something "left behind", nor collect its exit status (Popen then reads 0).
+    with anyio.move_on_after(0.5):
+        await run_process([INTERPRETER_PATHS["python3"], "-c", "import time; time.sleep(60)"], str(tmp_path), {},
+                          10000, ChildLimits())
+    argv = [INTERPRETER_PATHS["python3"], "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"]
+    result = await run_process(argv, str(tmp_path), {}, 10000, ChildLimits())
+    assert (result.exit_code, result.signal) == (3, None)
