@@ -113,6 +113,16 @@ def listed(name: str, scripts: list[str], description: str | None = None, egress
     return skill
 
 
+def test_a_row_one_character_over_120_is_cut_and_a_row_of_120_is_not() -> None:
+    # §14.3: each row stays <= 120 characters; the cut is at the limit, not one past it.
+    prefix_chars = len("alpha  3      -         ")
+    over, at = ("d" * (121 - prefix_chars), "d" * (120 - prefix_chars))
+    listing = {"skills": [listed("alpha", [], over), listed("alpha", [], at)], "problems": []}
+    _, cut, kept, _ = table_lines(listing)
+    assert (len(cut), cut.endswith("…")) == (120, True)
+    assert (len(kept), kept.endswith("d")) == (120, True)
+
+
 def test_table_rows_stay_within_120_characters_and_show_runnable_scripts() -> None:
     listing = {
         "skills": [

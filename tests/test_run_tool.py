@@ -481,6 +481,27 @@ async def test_standalone_script_sees_exactly_the_allowlist_and_its_declared_nam
 
 
 @pytest.mark.parametrize("era", ERAS)
+async def test_env_not_set_and_env_warning_keep_the_declared_order(tmp_path: Path, era: str) -> None:
+    # §9.2: envNotSet and the variables envWarning names are in declared order (envNames alone is sorted).
+    root = tmp_path.resolve() / "root"
+    write_skill(root, "order", "name: order\ndescription: Order.\nmcp-host:\n  version: 1\n  run:\n"
+                "    - script: run.py\n      interpreter: python3\n      env: [ZED_KEY, YET_UNSET, ALPHA_KEY, ABSENT]\n",
+                files={"run.py": "print('ran')\n"})
+    deployment = deployment_for({"SKILLS_DIR": str(root), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON,
+                                 "ZED_KEY": "z", "ALPHA_KEY": "a"})
+    service = RunService(deployment)
+    async with connect(deployment, era, service.call) as client:
+        will_run = payload(await client.call_tool("skill_run", {"name": "order", "script": "run.py"}))["preview"]["willRun"]
+    assert will_run["envNames"] == ["ALPHA_KEY", "PATH", "ZED_KEY"]
+    assert will_run["envNotSet"] == ["YET_UNSET", "ABSENT"]
+    assert will_run["envWarning"] == (
+        "No MCP_SKILL_RUN grant is set, so this third-party script will be handed the VALUES of "
+        "ZED_KEY, ALPHA_KEY from this server's environment only because its own SKILL.md asked; "
+        "approve only if you would give this skill those secrets. Set MCP_SKILL_RUN to grant variables explicitly."
+    )
+
+
+@pytest.mark.parametrize("era", ERAS)
 async def test_hosted_granted_script_gets_data_dir_and_only_granted_names(fence: Fence, era: str) -> None:
     grant = [{"skill": "fence", "script": "scripts/mark.py", "env": ["API_KEY", "NEIGHBOUR_KEY", "NODE_OPTIONS"]}]
     (fence.base / "data").mkdir()
