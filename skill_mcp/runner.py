@@ -22,13 +22,14 @@ _SESSION_PASSES = 4
 _ADOPTED_PASSES = 1000  # each finds the links alive now; a chain forks far slower than one pass reads
 _QUIET_PASSES = 3
 _QUIET_PASS_GAP_S = 0.001
+HARD_DEADLINE_EXTRA_MS = 3250
+_READ_CHUNK = 65536
+_SETUP_REASON_MAX = 1024
+
 # Leaders spawned here that their Popen has not collected yet: their start time (clock ticks since boot), and
 # an event set once collected. The sweep of adopted processes leaves them to their Popen, and spares any process
 # older than the script.
 _LEADERS: dict[int, tuple[int, asyncio.Event]] = {}
-HARD_DEADLINE_EXTRA_MS = 3250
-_READ_CHUNK = 65536
-_SETUP_REASON_MAX = 1024
 
 NETWORK_NOTE = (
     "The network is restricted to a declared egress allowlist: a host not on it shows up as an HTTP 403 "
@@ -326,8 +327,9 @@ class _Run:
     def _leader_exited(self) -> None:
         """The leader has exited and its Popen has collected it."""
         self.exited = True
-        _, collected = _LEADERS.pop(self.process.pid, (0, asyncio.Event()))
-        collected.set()
+        leader = _LEADERS.pop(self.process.pid, None)
+        if leader is not None:
+            leader[1].set()
         if self.finished:
             return
         if any(c.is_open for c in self.captures):
@@ -432,4 +434,3 @@ async def run_process(
         if not run.finished:
             kill_process_group(process.pid)
             run.settle()
-

@@ -777,7 +777,6 @@ async def test_no_ignored_or_blocked_signal_reaches_the_script(tmp_path: Path) -
     assert int(masks["SigIgn"], 16) == 1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)
 
 
-
 @pytest.fixture
 def adopting_orphans():
     """This process adopts its descendants' orphans for the test, as `serve` does."""
