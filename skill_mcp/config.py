@@ -126,9 +126,8 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
             "tokens outlive a restart, but without an absolute MCP_DATA_DIR the record that one was used does not: "
             "until it expires, an approval could run again after a restart",
         ))
-    if var("MCP_HOST_CONFIRM_SECRET") is not None and var("MCP_CONFIRM_SECRET") is None and not os.path.isabs(
-        var("MCP_DATA_DIR") or ""
-    ):
+    host_secret_alone = var("MCP_HOST_CONFIRM_SECRET") is not None and var("MCP_CONFIRM_SECRET") is None
+    if host_secret_alone and not os.path.isabs(var("MCP_DATA_DIR") or ""):
         warnings.append(ConfigWarning(
             "MCP_HOST_CONFIRM_SECRET",
             "ignored: a host's secret is used only with an absolute MCP_DATA_DIR; tokens are signed with a key made "
