@@ -301,7 +301,7 @@ def _read_record(path: str) -> int | None:
         os.close(fd)
 
 
-def keeps_spent_on_disk(secret: str | None, host_secret: str | None, data_dir: str | None) -> TypeGuard[str]:
+def keeps_spent_on_disk(secret: str | None, host_secret: str | None, data_dir: str | None) -> bool:
     """Whether spent approvals are kept under `data_dir` (§11.6): with a stable key and an absolute directory."""
     return (secret is not None or host_secret is not None) and _is_absolute(data_dir)
 

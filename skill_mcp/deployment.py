@@ -97,7 +97,7 @@ def build_deployment(
 def _environment_warnings(config: Config) -> list[ConfigWarning]:
     """What the configuration cannot do on this machine, as this user."""
     warnings = []
-    data_dir = config.data_dir
+    data_dir = config.data_dir or ""
     if keeps_spent_on_disk(config.confirm_secret, config.host_confirm_secret, data_dir) and not os.path.isdir(data_dir):
         warnings.append(ConfigWarning("MCP_DATA_DIR", (
             "is not an existing directory, so no approval can be recorded as spent and every confirmed run is "
