@@ -171,9 +171,11 @@ def _skill_notes(skill: Skill) -> list[str]:
             "resolves inside the skill"
         )
     if count := skill.unlisted_dirs.count:
+        which, them = ("1 directory", "it") if count == 1 else (f"{count} directories", "them")
+        own = ' ("." is the skill\'s own)' if "." in skill.unlisted_dirs.first else ""
         notes.append(
-            f"{skill.name}: {count} {'directory' if count == 1 else 'directories'} could not be listed by this user, "
-            f"so nothing under them is offered to clients: {_named(skill.unlisted_dirs)}"
+            f"{skill.name}: {which} could not be listed by this user{own}, so no file in {them} is offered to "
+            f"clients: {_named(skill.unlisted_dirs)}"
         )
     oversized = PathTally.of(entry.path for entry in skill.manifest if entry.size > MAX_FILE_BYTES)
     if oversized.count:

@@ -361,9 +361,8 @@ class _ManifestWalk:
             # once, and no more than those are held.
             room = self.unlisted_left + MAX_FILES_PER_SKILL - len(self.files) + MAX_DIRS_PER_SKILL - self.dirs_enqueued
             with _listing(directory, room + 1) as entries:
-                if entries is None:
-                    if prefix:  # not the skill directory itself, whose SKILL.md read (§3.4) answers for it
-                        self.unlisted_dirs = self.unlisted_dirs.plus(prefix.rstrip("/"))
+                if entries is None:  # "." for the skill directory itself, whose SKILL.md may still be read
+                    self.unlisted_dirs = self.unlisted_dirs.plus(prefix.rstrip("/") or ".")
                     continue
                 for entry in entries:
                     if self._take(entry, directory, prefix + entry.name):

@@ -139,6 +139,7 @@ def serve() -> int:
         from .lifecycle import serve_stdio
         from .logs import configure_logging, get_logger, log_boot, log_ready
         from .run_tool import RunService
+        from .runner import collect_adopted_as_they_die
         from .server import build_server
 
     deployment, warnings = build_deployment(environ, scrub=scrub, non_dumpable=non_dumpable)
@@ -152,7 +153,11 @@ def serve() -> int:
         killed = runs.kill_active()
         log.info("shutdown", reason=reason, killedRun=killed)
 
-    anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end, lambda: log_ready(log, deployment))
+    def on_listening() -> None:
+        log_ready(log, deployment)
+        collect_adopted_as_they_die()  # as PID 1 too, before any run: an operator's job is collected when it ends
+
+    anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end, on_listening)
     return EXIT_OK
 
 

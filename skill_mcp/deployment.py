@@ -91,19 +91,20 @@ def build_deployment(
         extension_names=extension_names,
         environ=environ,
     )
-    return deployment, [*warnings, *interpreter_warnings, *_environment_warnings(config)]
+    return deployment, [*warnings, *interpreter_warnings, *_environment_warnings(config, serving=scrub is not None)]
 
 
-def _environment_warnings(config: Config) -> list[ConfigWarning]:
-    """What the configuration cannot do on this machine, as this user."""
+def _environment_warnings(config: Config, serving: bool) -> list[ConfigWarning]:
+    """What the configuration cannot do on this machine; as this user, only for the server itself."""
     warnings = []
     data_dir = config.data_dir or ""
     if keeps_spent_on_disk(config.confirm_secret, config.host_confirm_secret, data_dir) and not os.path.isdir(data_dir):
         warnings.append(ConfigWarning("MCP_DATA_DIR", (
-            "is not an existing directory, so no approval can be recorded as spent and every confirmed run is "
-            "refused; create it, writable by the server's user (the server creates only .mcp-confirm/spent in it)"
+            "is not an existing directory, so no token or request state can be recorded as spent, and a run confirmed "
+            "by one (any client without elicitation) is refused; create it, writable by the server's user (the "
+            "server creates only .mcp-confirm/spent in it)"
         )))
-    if config.rlimit_nproc is not None and os.geteuid() == 0:
+    if serving and config.rlimit_nproc is not None and os.geteuid() == 0:
         warnings.append(ConfigWarning("MCP_SKILL_RLIMIT_NPROC", (
             "has no effect while the server runs as root: the kernel does not hold root to RLIMIT_NPROC; run the "
             "server as an unprivileged user"

@@ -192,10 +192,12 @@ def run_block_reason(scrub: ScrubResult, hosted: bool, allow_unscrubbed: bool) -
     """Why no script may run (hosted, scrub failed, no owner override), else None."""
     if scrub.status != "failed" or not hosted or allow_unscrubbed:
         return None
+    until = "no script may run until this is fixed or until the owner sets MCP_SKILL_ALLOW_UNSCRUBBED=1"
+    if scrub.reason == INIT_HOLDS_ENVIRON:  # this process's block was wiped; PID 1's was not
+        return f"{INIT_HOLDS_ENVIRON}; {until}"
     return (
         f"the exec-time environment block could not be wiped ({scrub.reason}), so any script could read "
-        "every variable this deployment holds from /proc/<pid>/environ; no script may run until this is "
-        "fixed or until the owner sets MCP_SKILL_ALLOW_UNSCRUBBED=1"
+        f"every variable this deployment holds from /proc/<pid>/environ; {until}"
     )
 
 

@@ -108,6 +108,7 @@ class RunService:
         self._active: _ActiveRun | None = None
         self._end_claim = threading.Lock()  # a shutdown on the watchdog's thread may race the run's own end
         self._running_at_input_end = False
+        self._collecting: anyio.Event | None = None  # set while a stopped run's leader is being collected
         self._input_ended = False
         self._log = get_logger()
 
@@ -128,7 +129,7 @@ class RunService:
         self._log_preview(draft, path)
         token = arguments.get("confirmToken")
         could_run = path != "token" or (token is not None and self._mode() != "refuse")
-        if could_run and self._busy:
+        if could_run and self._busy and not await self._freed_by_a_stopped_run():
             return self._busy_refusal(draft)
         if path == "elicitation":
             return await self._path_elicitation(ctx, draft)
@@ -349,6 +350,15 @@ class RunService:
         shown = [cut(value) if isinstance(value, str) else None for value in (skill, script)]
         self._log.warning("run.refused", skill=shown[0], script=shown[1], reason=reason)
 
+    async def _freed_by_a_stopped_run(self) -> bool:
+        """True when the lock was held only while a stopped run's leader was collected (milliseconds, at most
+        LEADER_WAIT_SECONDS), and is free now: a client that cancels and calls again is not refused for it."""
+        collecting = self._collecting
+        if collecting is None:
+            return False
+        await collecting.wait()
+        return not self._busy
+
     def _busy_refusal(self, draft: Draft) -> dict[str, Any]:
         self._log_refused(draft.skill.name, draft.entry.script, "busy")
         return failure_result(
@@ -359,8 +369,9 @@ class RunService:
         )
 
     async def _run_once(self, draft: Draft, approval: confirm.Approval | None, path: str) -> dict[str, Any]:
-        if self._busy:  # check-and-set with no await in between
+        if self._busy and not await self._freed_by_a_stopped_run():
             return self._busy_refusal(draft)
+        # From here to `self._busy = True`, a check-and-set with no await in between.
         if self._input_ended:  # the end of input stops runs (§5.1); this one has not begun
             message = "the client closed its input before this run could start; nothing was run"
             refusal = Refused("input-ended", message, "Keep the session open until the answer arrives.")
@@ -384,10 +395,14 @@ class RunService:
                 self._log_stopped_end(active)
                 # Its killed leader may still be dying; the next run starts once it is gone, or that leader's exit
                 # would sweep the next run's processes as left behind.
+                self._collecting = anyio.Event()
                 with anyio.move_on_after(LEADER_WAIT_SECONDS, shield=True):
                     await leader_collected(active.pid)
             self._busy = False
             self._active = None
+            if self._collecting is not None:
+                self._collecting.set()
+                self._collecting = None
 
     async def _execute(self, draft: Draft) -> dict[str, Any]:
         deployment, entry = self.deployment, draft.entry

@@ -142,6 +142,16 @@ def _collect_zombies() -> None:
             _collected(child)
 
 
+def collect_adopted_as_they_die() -> None:
+    """For a process that adopts orphans, on the running loop's thread: collect what has died, then each orphan as
+    it dies (SIGCHLD). Off the main thread, the next sweep collects them instead."""
+    if not adopting_orphans():
+        return
+    _collect_zombies()
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, _collect_zombies)
+
+
 def _children() -> list[tuple[int, bytes, int]]:
     """The server's children as (pid, state, start time in clock ticks), from /proc (none without /proc)."""
     children = []
@@ -418,11 +428,7 @@ async def run_process(
     on_start gets the pid as soon as the script runs; cancelling the call kills its process group.
     """
     loop = asyncio.get_running_loop()
-    if adopting_orphans():
-        _collect_zombies()
-        # Each death is collected as it happens; off the main thread, at the next sweep instead.
-        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-            loop.add_signal_handler(signal.SIGCHLD, _collect_zombies)
+    collect_adopted_as_they_die()
     started = time.monotonic()
     process = _spawn(argv, cwd, env, limits)
     run = _Run(loop, process, timeout_ms, started)

@@ -612,7 +612,7 @@ def test_a_file_this_uid_cannot_stat_is_not_listed_and_its_skill_is_still_served
     assert [entry.path for entry in served(catalog, "partly").manifest] == ["SKILL.md", "open.md"]
 
 
-def test_the_walk_counts_the_directories_this_uid_cannot_list_but_not_the_skill_directory_itself():
+def test_the_walk_counts_the_directories_this_uid_cannot_list_the_skill_directory_as_dot():
     root = world_readable_dir()
     files = {"open.md": "x", **{f"locked{index}/deeper/inside.md": "y" for index in range(9)}}
     skill_dir = make_skill(root, "partly", files=files)
@@ -624,7 +624,7 @@ def test_the_walk_counts_the_directories_this_uid_cannot_list_but_not_the_skill_
     finally:
         shutil.rmtree(root)
     assert served(catalog, "partly").unlisted_dirs == PathTally(tuple(f"locked{index}" for index in range(8)), 9)
-    assert (served(catalog, "sealed").manifest, served(catalog, "sealed").unlisted_dirs) == ((), PathTally())
+    assert (served(catalog, "sealed").manifest, served(catalog, "sealed").unlisted_dirs) == ((), PathTally((".",), 1))
 
 
 def test_an_unexpected_failure_costs_one_skill_and_its_detail_quotes_nothing_read(root, monkeypatch):

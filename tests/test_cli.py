@@ -273,11 +273,13 @@ def test_check_as_the_servers_user_notes_the_directories_it_cannot_list(unprivil
     skill = make_skill(root, "partly", files=files)
     for directory in ("docs/private", "locked"):
         (skill / directory).chmod(0o700)  # root's own, so uid 10001 cannot list it
-    # A skill directory it may search but not list: its SKILL.md is served and its walk lists nothing, as before.
-    make_skill(root, "sealed").chmod(0o711)
+    # A skill directory it may search but not list: its SKILL.md is served, and no file of it is offered.
+    make_skill(root, "sealed", files={"guide.md": "g"}).chmod(0o711)
     assert notes_of_a_clean_check(root, unprivileged_cwd, skills=2, uid=UNPRIVILEGED_UID) == [
-        "skill-mcp: note: partly: 2 directories could not be listed by this user, so nothing under them is "
+        "skill-mcp: note: partly: 2 directories could not be listed by this user, so no file in them is "
         'offered to clients: "locked", "docs/private"',
+        "skill-mcp: note: sealed: 1 directory could not be listed by this user (\".\" is the skill's own), so no "
+        'file in it is offered to clients: "."',
     ]
 
 

@@ -10,6 +10,7 @@ from support import deployment_for
 
 from skill_mcp.config import BUNDLED_ROOT, Config, ConfigWarning, load_config, read_var
 from skill_mcp.deployment import build_deployment
+from skill_mcp.hardening import ScrubResult
 
 CWD = "/srv/work"
 BUNDLED = "/pkg/skill_mcp/skills"
@@ -312,7 +313,10 @@ def test_an_invalid_rlimit_warns_in_its_unit(name, unit, ceiling):
 
 
 def test_a_process_limit_for_a_root_server_warns_that_it_does_nothing(tmp_path):
-    _, warnings = build_deployment({"MCP_SKILL_RLIMIT_NPROC": "64"}, cwd=str(tmp_path))
+    environ = {"MCP_SKILL_RLIMIT_NPROC": "64"}
+    _, warnings = build_deployment(environ, cwd=str(tmp_path), scrub=ScrubResult("scrubbed", wiped_bytes=1))
+    _, cli_warnings = build_deployment(environ, cwd=str(tmp_path))  # `check` as root judges no server's uid
+    assert [w for w in cli_warnings if w.variable == "MCP_SKILL_RLIMIT_NPROC"] == []
     expected = [(
         "MCP_SKILL_RLIMIT_NPROC",
         "has no effect while the server runs as root: the kernel does not hold root to RLIMIT_NPROC; run the "
@@ -330,8 +334,9 @@ def test_a_spent_store_in_a_missing_data_dir_warns_at_boot(tmp_path):
     _, in_memory = build_deployment({"MCP_DATA_DIR": str(missing)}, cwd=str(tmp_path))  # a random key: no store
     assert [(w.variable, w.problem) for w in warned if w.variable == "MCP_DATA_DIR"] == [(
         "MCP_DATA_DIR",
-        "is not an existing directory, so no approval can be recorded as spent and every confirmed run is refused; "
-        "create it, writable by the server's user (the server creates only .mcp-confirm/spent in it)",
+        "is not an existing directory, so no token or request state can be recorded as spent, and a run confirmed "
+        "by one (any client without elicitation) is refused; create it, writable by the server's user (the "
+        "server creates only .mcp-confirm/spent in it)",
     )]
     assert [w for w in (*present, *in_memory) if w.variable == "MCP_DATA_DIR"] == []
     assert not missing.exists()

@@ -269,10 +269,14 @@ def test_the_server_as_pid_1_leaves_an_operators_background_job_alone(sandbox: P
             # unshare forks the namespace's PID 1, which setpriv turns into the server
             (host_pid,) = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), server.process.pid, "python3")]
             drop = ["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups"]
-            subprocess.run(  # docker exec's stand-in: enter the namespace, background a job, leave
-                ["nsenter", "-t", str(host_pid), "-p", "-m", *drop, "/bin/sh", "-c", "sleep 60 >/dev/null 2>&1 &"],
+            subprocess.run(  # docker exec's stand-in: enter the namespace, background two jobs, leave
+                ["nsenter", "-t", str(host_pid), "-p", "-m", *drop, "/bin/sh", "-c",
+                 "sleep 60 >/dev/null 2>&1 & sleep 0.1 >/dev/null 2>&1 &"],
                 capture_output=True, text=True, timeout=10, check=True,
             )
+            time.sleep(0.5)  # the short job has ended: the server collected it, before any run
+            zombies = [pid for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), host_pid, "sleep")
+                       and not live_threads(int(pid))]
             job = [pid for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), host_pid, "sleep")]
             result = confirmed_run(server, {"name": "fence", "script": "peek.py"})
             time.sleep(0.2)
@@ -281,7 +285,7 @@ def test_the_server_as_pid_1_leaves_an_operators_background_job_alone(sandbox: P
         for pid in job:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
-    assert (result["exitCode"], alive) == (0, True)
+    assert (result["exitCode"], alive, zombies) == (0, True, [])
 
 
 def is_child(pid: int, parent: int, comm: str) -> bool:

@@ -175,6 +175,12 @@ def test_runs_are_blocked_only_when_hosted_unscrubbed_and_not_overridden() -> No
         assert needed in reason
 
 
+def test_the_run_block_for_a_same_uid_init_names_pid_1_not_this_servers_block() -> None:
+    reason = run_block_reason(ScrubResult("failed", reason=INIT_HOLDS_ENVIRON), hosted=True, allow_unscrubbed=False)
+    assert reason == f"{INIT_HOLDS_ENVIRON}; no script may run until this is fixed or until the owner sets " \
+        "MCP_SKILL_ALLOW_UNSCRUBBED=1"
+
+
 @linux_only
 def test_a_child_setup_step_that_fails_raises_naming_the_step() -> None:
     # In a forked child: lower the hard limit, drop root, then ask for more than the hard limit.

@@ -1397,6 +1397,50 @@ async def test_a_run_that_fails_unexpectedly_after_its_start_still_logs_its_end(
     assert [entry["errorType"] for entry in events(logs, "tool.error")] == ["RuntimeError"]
 
 
+async def test_a_run_called_while_a_stopped_runs_leader_is_collected_waits_for_it_then_runs(
+    fence: Fence, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stopped run keeps the lock while its killed leader is collected: were the next run to start first, that
+    # leader's exit would sweep the next run's processes as left behind. The next call waits that out, then runs.
+    order: list[str] = []
+    collected = anyio.Event()
+
+    async def slow_collection(pid: int) -> None:
+        if pid != os.getpid():  # the second run's own leader, collected as usual
+            return
+        order.append("collecting")
+        await collected.wait()
+        order.append("collected")
+
+    real_run_process = run_tool.run_process
+
+    async def first_one_stops(*args: Any, on_start: Any, **kwargs: Any) -> RunOutcome:
+        if not order:
+            on_start(os.getpid())
+            raise RuntimeError("stopped")
+        order.append("second run")
+        return await real_run_process(*args, on_start=on_start, **kwargs)
+
+    async def collect_soon() -> None:
+        await anyio.sleep(0.2)
+        collected.set()
+
+    monkeypatch.setattr(run_tool, "run_process", first_one_stops)
+    monkeypatch.setattr(run_tool, "leader_collected", slow_collection)
+    service = fence.service()
+    async with connect(service.deployment, "legacy", service.call) as client:
+        first, second = await token_for(client, call()), await token_for(client, call(args=["b"]))
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, "skill_run", {**call(), "confirmToken": first})
+                while not order:
+                    await anyio.sleep(0.01)
+                group.start_soon(collect_soon)
+                result = payload(await client.call_tool("skill_run", {**call(args=["b"]), "confirmToken": second}))
+    assert order == ["collecting", "collected", "second run"]
+    assert (result["exitCode"], fence.runs()) == (0, [["mark", "b"]])
+
+
 async def test_a_shutdown_racing_a_runs_own_end_logs_one_run_end(fence: Fence, monkeypatch: pytest.MonkeyPatch) -> None:
     # The exit watchdog's shutdown runs on its own thread: here it lands between the script's exit and the call's
     # own run.end, which must then not log a second, contradictory one.
