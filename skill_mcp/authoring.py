@@ -223,7 +223,7 @@ def table_lines(listing: Mapping[str, Any]) -> list[str]:
     ]
     widths = [max(len(row[column]) for row in (header, *rows)) for column in range(3)]
     room = _MAX_ROW_CHARS - sum(width + len(_COLUMN_GAP) for width in widths)
-    lines = [_table_row(header, widths), *(_table_row((*row[:3], _cut(row[3], room)), widths) for row in rows)]
+    lines = [_table_row(header, widths), *(_table_row((*row[:3], _fit(row[3], room)), widths) for row in rows)]
     summary = _summary(len(listing["skills"]), len(listing["problems"]))
     if listing["problems"]:
         summary += "; `skill-mcp list --json` shows each with its detail"
@@ -248,7 +248,7 @@ def _table_row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return _COLUMN_GAP.join([*(cell.ljust(width) for cell, width in zip(cells, widths)), cells[3]]).rstrip()
 
 
-def _cut(text: str, room: int) -> str:
+def _fit(text: str, room: int) -> str:
     """`text` in `room` characters, its last one "…" when cut; nothing when there is no room at all."""
     if len(text) <= room:
         return text

@@ -87,6 +87,10 @@ def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:
     """Signal a script's whole process group, and every group a child made in the script's session with setpgid
     (only setsid leaves the session); False when there was nothing to signal."""
     signalled = _signal(os.killpg, pid, sig)
+    if sig == signal.SIGKILL and adopting_orphans():
+        # Whatever survives the group kill descends from a dead process, so it is the server's child by now, or
+        # will be once its parent dies: the sweep of adopted children reaches it, no scan of /proc is needed.
+        return _kill_adopted(pid) or signalled
     # A process forked while a pass runs is missed by it: passes repeat until one finds nobody left to kill.
     for _ in range(_SESSION_PASSES if sig == signal.SIGKILL else 1):
         members = _left_the_group(pid)
@@ -94,8 +98,6 @@ def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:
             break
         for member in members:
             signalled = _signal(os.kill, member, sig) or signalled
-    if sig == signal.SIGKILL and adopting_orphans():
-        signalled = _kill_adopted(pid) or signalled
     return signalled
 
 
