@@ -16,7 +16,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple, Protocol, TypeGuard
+from typing import Any, Literal, Protocol, TypeGuard
 
 from .config import CONFIRM_MODES, TTL_MAX_SECONDS
 from .text import json_for_people, os_error_text
@@ -53,23 +53,18 @@ def payload_hash(will_run: dict[str, Any]) -> str:
     return _b64url(hashlib.sha256(canonical_json(will_run)).digest())
 
 
-class ConfirmKey(NamedTuple):
-    key: bytes
-    stable: bool
-
-
 def confirm_key(
     secret: str | None,
     host_secret: str | None,
     data_dir: str | None,
     random_bytes: Callable[[int], bytes] = os.urandom,
-) -> ConfirmKey:
+) -> bytes:
     """The token key (SPEC §11.6); arguments are already through the unset rule (None = unset)."""
     if secret is not None:
-        return ConfirmKey(_stable_key(secret), True)
+        return _stable_key(secret)
     if host_secret is not None and _is_absolute(data_dir):
-        return ConfirmKey(_stable_key(host_secret), True)
-    return ConfirmKey(random_bytes(32), False)
+        return _stable_key(host_secret)
+    return random_bytes(32)
 
 
 def _stable_key(secret: str) -> bytes:
@@ -301,16 +296,16 @@ def _read_record(path: str) -> int | None:
         os.close(fd)
 
 
-def keeps_spent_on_disk(secret: str | None, host_secret: str | None, data_dir: str | None) -> bool:
-    """Whether spent approvals are kept under `data_dir` (§11.6): with a stable key and an absolute directory."""
-    return (secret is not None or host_secret is not None) and _is_absolute(data_dir)
+def spent_dir(secret: str | None, host_secret: str | None, data_dir: str | None) -> str | None:
+    """Where spent approvals are kept on disk (§11.6), or None for memory: a stable key is needed (a random one
+    voids old tokens anyway), and an absolute directory (a relative one is not a place)."""
+    stable_key = secret is not None or host_secret is not None
+    return data_dir if stable_key and _is_absolute(data_dir) else None
 
 
-def make_spent_store(stable_key: bool, data_dir: str | None) -> SpentStore:
-    """A file store needs both: a random key voids old tokens anyway, and a relative dir is not a place."""
-    if stable_key and _is_absolute(data_dir):
-        return FileSpentStore(data_dir)
-    return MemorySpentStore()
+def make_spent_store(secret: str | None, host_secret: str | None, data_dir: str | None) -> SpentStore:
+    directory = spent_dir(secret, host_secret, data_dir)
+    return FileSpentStore(directory) if directory is not None else MemorySpentStore()
 
 
 # --- choosing the path -------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .catalog import discover
 from .config import BUNDLED_ROOT, Config, ConfigWarning, absolute_root, load_config
-from .confirm import keeps_spent_on_disk
+from .confirm import spent_dir
 from .grants import NO_GRANT, GrantState, apply_grant, resolve_grant
 from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
@@ -97,8 +97,8 @@ def build_deployment(
 def _environment_warnings(config: Config, serving: bool) -> list[ConfigWarning]:
     """What the configuration cannot do on this machine; as this user, only for the server itself."""
     warnings = []
-    data_dir = config.data_dir or ""
-    if keeps_spent_on_disk(config.confirm_secret, config.host_confirm_secret, data_dir) and not os.path.isdir(data_dir):
+    spent_in = spent_dir(config.confirm_secret, config.host_confirm_secret, config.data_dir)
+    if spent_in is not None and not os.path.isdir(spent_in):
         warnings.append(ConfigWarning("MCP_DATA_DIR", (
             "is not an existing directory, so no token or request state can be recorded as spent, and a run confirmed "
             "by one (any client without elicitation) is refused; create it, writable by the server's user (the "

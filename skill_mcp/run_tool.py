@@ -99,9 +99,9 @@ class RunService:
     ) -> None:
         self.deployment = deployment
         config = deployment.config
-        key = confirm.confirm_key(config.confirm_secret, config.host_confirm_secret, config.data_dir, random_bytes)
-        self._key = key.key
-        self._spent = confirm.make_spent_store(key.stable, config.data_dir)
+        secrets = (config.confirm_secret, config.host_confirm_secret, config.data_dir)
+        self._key = confirm.confirm_key(*secrets, random_bytes)
+        self._spent = confirm.make_spent_store(*secrets)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._random_bytes = random_bytes
         self._busy = False

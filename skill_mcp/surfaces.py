@@ -63,8 +63,8 @@ def prompts(deployment: Deployment) -> list[dict[str, Any]]:
 def prompt(deployment: Deployment, name: str) -> dict[str, Any]:
     try:
         skill = find_skill(deployment, name)
-    except ToolFailure as failure:
-        raise BadRequest(failure.message) from None
+    except ToolFailure as failure:  # with the served names, as skill_load's refusal
+        raise BadRequest(failure.text()) from None
     return {
         "description": prompt_description(skill),
         "messages": [{"role": "user", "content": {"type": "text", "text": skill.body}}],
@@ -156,7 +156,9 @@ def read_resource(deployment: Deployment, uri: str) -> dict[str, Any]:
         skill = find_skill(deployment, name)
         with SkillDir(skill.real_dir).opened(rel) as (fd, status):
             read = read_capped_fd(fd, MAX_FILE_BYTES, status)
-    except (ToolFailure, PathRefused) as refused:
+    except ToolFailure as failure:  # no such skill: skill_file's whole-call refusal, served names included
+        raise BadRequest(failure.text()) from None
+    except PathRefused as refused:  # as skill_file's entry for that path
         raise BadRequest(refused.message) from None
     except OSError as error:
         raise BadRequest(read_error_text(rel, error)) from None

@@ -92,19 +92,19 @@ def test_payload_hash_ignores_key_order_but_not_values():
 
 
 def test_key_from_confirm_secret_wins_and_is_stable():
-    assert confirm_key("sekrit", "host", "/data", random_bytes=pytest.fail) == (KEY, True)
+    assert confirm_key("sekrit", "host", "/data", random_bytes=pytest.fail) == KEY
 
 
 def test_host_secret_needs_an_absolute_data_dir():
-    assert confirm_key(None, "sekrit", "/data", random_bytes=pytest.fail) == (KEY, True)
-    assert confirm_key(None, "sekrit", "data", random_bytes=lambda n: b"r" * n) == (b"r" * 32, False)
-    assert confirm_key(None, "sekrit", None, random_bytes=lambda n: b"r" * n) == (b"r" * 32, False)
+    assert confirm_key(None, "sekrit", "/data", random_bytes=pytest.fail) == KEY
+    assert confirm_key(None, "sekrit", "data", random_bytes=lambda n: b"r" * n) == b"r" * 32
+    assert confirm_key(None, "sekrit", None, random_bytes=lambda n: b"r" * n) == b"r" * 32
 
 
 def test_a_secret_that_is_not_utf8_keys_by_its_own_bytes():
     # The environment hands Python such a value as lone surrogates; before, encoding it crashed the boot.
     raw = b"ab\xffcd"
-    expected = (hashlib.sha256(raw).digest(), True)
+    expected = hashlib.sha256(raw).digest()
     assert confirm_key(os.fsdecode(raw), None, None, random_bytes=pytest.fail) == expected
     assert confirm_key(None, os.fsdecode(raw), "/data", random_bytes=pytest.fail) == expected
 
@@ -114,7 +114,7 @@ def test_a_lone_surrogate_in_the_payload_is_hashed_not_refused():
 
 
 def test_no_secret_gives_a_random_unstable_key():
-    assert confirm_key(None, None, "/data", random_bytes=lambda n: b"r" * n) == (b"r" * 32, False)
+    assert confirm_key(None, None, "/data", random_bytes=lambda n: b"r" * n) == b"r" * 32
 
 
 # --- tokens ------------------------------------------------------------------------------------
@@ -368,10 +368,12 @@ def test_unwritable_file_store_raises(tmp_path, blocker):
 
 
 def test_make_spent_store_needs_a_stable_key_and_an_absolute_dir(tmp_path):
-    assert isinstance(make_spent_store(True, str(tmp_path)), FileSpentStore)
-    assert isinstance(make_spent_store(False, str(tmp_path)), MemorySpentStore)
-    assert isinstance(make_spent_store(True, "relative/dir"), MemorySpentStore)
-    assert isinstance(make_spent_store(True, None), MemorySpentStore)
+    data_dir = str(tmp_path)
+    assert make_spent_store("sekrit", None, data_dir).directory == os.path.join(data_dir, ".mcp-confirm", "spent")
+    assert isinstance(make_spent_store(None, "host", data_dir), FileSpentStore)
+    assert isinstance(make_spent_store(None, None, data_dir), MemorySpentStore)
+    assert isinstance(make_spent_store("sekrit", "host", "relative/dir"), MemorySpentStore)
+    assert isinstance(make_spent_store("sekrit", None, None), MemorySpentStore)
 
 
 # --- path choice -------------------------------------------------------------------------------

@@ -453,7 +453,9 @@ async def test_prompt_get_of_an_unknown_skill_is_invalid_params(deployment, era)
     async with connect(deployment, era) as client:
         with pytest.raises(MCPError) as raised:
             await client.get_prompt("gamma")
-        assert (raised.value.error.code, raised.value.error.message) == (INVALID_PARAMS, 'no skill named "gamma"')
+        # The served names come with it, as with skill_load: the refusal says what to ask for instead.
+        served = 'no skill named "gamma"\n\nHint: This server serves: alpha, beta.'
+        assert (raised.value.error.code, raised.value.error.message) == (INVALID_PARAMS, served)
         assert wire(await client.get_prompt("beta"))["messages"][0]["content"]["text"] == "Beta body.\n"
 
 
@@ -686,7 +688,7 @@ async def test_every_listed_uri_is_readable(deployment, era):
         ("skill://alpha/docs/read me.txt", None),  # not percent-encoded, but still the same file: see below
         ("skill://alpha/missing.txt", '"missing.txt" is not a file in this skill'),
         ("skill://alpha/docs", '"docs" is not a regular file'),
-        ("skill://gamma/SKILL.md", 'no skill named "gamma"'),
+        ("skill://gamma/SKILL.md", 'no skill named "gamma"\n\nHint: This server serves: alpha, beta.'),
         ("skill://alpha/a%5Cb", 'path "a\\\\b" is not usable: it contains a backslash'),
         ("skill://alpha/%25", 'path "%" is not usable: it contains a percent escape'),
         ("skill://alpha/", 'path "" is not usable: it is empty'),
