@@ -21,7 +21,7 @@ from mcp_types import RequestId
 
 from .logs import get_logger
 from .stderr import drain_stderr
-from .unreadable import Unreadable, unreadable_message
+from .unreadable import Unreadable, lost_request_id, unreadable_message
 
 ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
 EXIT_DEADLINE_SECONDS = 4.5
@@ -177,6 +177,7 @@ class _WatchedInput(_Watched):
                 raise
             if not isinstance(item, Exception):
                 self._unanswered.read(item)
+                self._refusals.note_lost_id(item)
                 return item
             unreadable = self._refusals.refuse(item)
             if unreadable.answer_to is not None:  # an answer to a request of ours: that request fails with it
@@ -193,13 +194,21 @@ class _Refusals:
 
     def refuse(self, error: Exception) -> Unreadable:
         unreadable = unreadable_message(error)
-        request_id = unreadable.request_id
         get_logger().warning(
-            "message.unreadable", requestId=request_id, answerTo=unreadable.answer_to, problem=unreadable.error.message
+            "message.unreadable",
+            requestIds=list(unreadable.request_ids),
+            answerTo=unreadable.answer_to,
+            problem=unreadable.error.message,
         )
-        if request_id is not None:  # a client waiting on this id would otherwise wait forever
+        for request_id in unreadable.request_ids:  # a client waiting on this id would otherwise wait forever
             self._group.start_soon(self._send, types.JSONRPCError(jsonrpc="2.0", id=request_id, error=unreadable.error))
         return unreadable
+
+    def note_lost_id(self, item: Any) -> None:
+        """A request the SDK read as a notification, as it does one whose id is neither a string nor an integer, is
+        logged: there is no id to answer it by."""
+        if (problem := lost_request_id(getattr(item, "message", None))) is not None:
+            get_logger().warning("message.unreadable", requestIds=[], answerTo=None, problem=problem)
 
     async def _send(self, answer: types.JSONRPCError) -> None:
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session has ended

@@ -14,16 +14,16 @@ from mcp_types import RequestId
 from pydantic import ValidationError
 
 from .schemas import json_type
-from .text import encodes_as_utf8
+from .text import encodes_as_utf8, quoted
 
 
 @dataclass(frozen=True, slots=True)
 class Unreadable:
-    """A line the SDK's stdio reader refused: the JSON-RPC error that says why, and, when one can be read, the id
-    of the client's request it was, or of the server's request it answers."""
+    """A line the SDK's stdio reader refused: the JSON-RPC error that says why, and, where they can be read, the
+    ids of the client's requests it held (one, or a batch's), or of the server's request it answers."""
 
     error: types.ErrorData
-    request_id: RequestId | None = None
+    request_ids: tuple[RequestId, ...] = ()
     answer_to: RequestId | None = None
 
 
@@ -32,6 +32,8 @@ def unreadable_message(error: Exception) -> Unreadable:
     message: Any = None
     details = error.errors(include_url=False) if isinstance(error, ValidationError) else []
     for detail in details:
+        if isinstance(detail.get("input"), list) and len(detail["loc"]) == 1:
+            return _refused_batch(detail["input"])
         if detail["type"] == "json_invalid":
             try:  # Python's parser takes some of what pydantic's refuses, enough to read the request's id
                 message = json.loads(detail["input"])
@@ -41,6 +43,8 @@ def unreadable_message(error: Exception) -> Unreadable:
                 break
             except (TypeError, ValueError):
                 return Unreadable(types.ErrorData(code=types.PARSE_ERROR, message=f"the line is not JSON: {detail['msg']}"))
+            if isinstance(message, list):  # a batch is refused as one, whatever pydantic disliked in it
+                return _refused_batch(message)
             refusal = types.ErrorData(code=types.PARSE_ERROR, message=f"the message is not strict JSON: {_why_not_strict(message, detail['msg'])}")
             break
         if _is_the_message(detail):
@@ -49,16 +53,48 @@ def unreadable_message(error: Exception) -> Unreadable:
             break
     else:
         return Unreadable(types.ErrorData(code=types.INVALID_REQUEST, message="the line is not a JSON-RPC 2.0 message"))
-    message_id = as_request_id(message.get("id")) if isinstance(message, dict) else None
-    if isinstance(message_id, str) and not _encodes(message_id):
-        message_id = None  # an id no answer could carry back
+    message_id = _answerable_id(message)
     if message_id is None:
         return Unreadable(refusal)
     if "method" in message:
-        return Unreadable(refusal, request_id=message_id)
+        return Unreadable(refusal, request_ids=(message_id,))
     if "result" in message or "error" in message:
         return Unreadable(refusal, answer_to=message_id)
     return Unreadable(refusal)
+
+
+def lost_request_id(message: Any) -> str | None:
+    """What is wrong with a notification that is a request whose id the SDK could not read (2.5, null, true): it
+    reads one as a notification, which nothing answers. Every MCP notification's method starts "notifications/"."""
+    if not isinstance(message, types.JSONRPCNotification) or message.method.startswith("notifications/"):
+        return None
+    return (
+        f"a message for method {quoted(message.method)} with no usable id is read as a notification, which gets no "
+        'answer: a request\'s "id" is a string or an integer'
+    )
+
+
+_BATCH = types.ErrorData(
+    code=types.INVALID_REQUEST,
+    message=(
+        "the line is a JSON array (a batch), which this server does not read: MCP carries one message per line "
+        "(batches were removed in protocol 2025-06-18); send each message on its own line"
+    ),
+)
+
+
+def _refused_batch(messages: list[Any]) -> Unreadable:
+    """Each request in a batch is refused by its own id, so no client waits on one; nothing in it is run."""
+    ids = (_answerable_id(message) for message in messages if isinstance(message, dict) and "method" in message)
+    return Unreadable(_BATCH, request_ids=tuple(each for each in ids if each is not None))
+
+
+def _answerable_id(message: Any) -> RequestId | None:
+    """The id an answer to `message` would carry, by the SDK's id rules; None when there is none to carry."""
+    message_id = as_request_id(message.get("id")) if isinstance(message, dict) else None
+    if isinstance(message_id, str) and not _encodes(message_id):
+        return None  # an id no answer could carry back
+    return message_id
 
 
 _NESTED = object()  # a member whose value is an object or an array, not read

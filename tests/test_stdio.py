@@ -28,6 +28,10 @@ from skill_mcp.server import BEFORE_THE_SESSION
 
 VENV_BIN = os.path.dirname(sys.executable)
 MODULE = (sys.executable, "-m", "skill_mcp")
+BATCH_REFUSAL = (
+    "the line is a JSON array (a batch), which this server does not read: MCP carries one message per line "
+    "(batches were removed in protocol 2025-06-18); send each message on its own line"
+)
 CONSOLE_SCRIPT = (os.path.join(VENV_BIN, "skill-mcp"),)
 LAUNCHERS = {"python -m skill_mcp": MODULE, "skill-mcp": CONSOLE_SCRIPT}
 SNAPSHOT = Path(__file__).parent / "snapshots" / "tools_list.json"
@@ -199,6 +203,8 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
         b'{"jsonrpc":"2.0","id":45,"method":{"method":"x","id":99}}',  # the id is the message's, not a field's
         b'{"jsonrpc":"2.0","id":46,"result":3}',  # a malformed response: nothing to answer
         b'{"jsonrpc":"2.0","id":47,"method":"ping","params":' + b"[" * 5000 + b"]" * 5000 + b"}",  # too deep to parse
+        b'[{"jsonrpc":"2.0","id":48,"method":"ping"},{"jsonrpc":"2.0","id":"49","method":"tools/list"}]',  # a batch
+        b'{"jsonrpc":"2.0","id":2.5,"method":"tools/list"}',  # read by the SDK as a notification: nothing to answer
     ]
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         legacy_handshake(client)
@@ -216,10 +222,14 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
         44: {"code": -32600, "message": 'invalid request: "jsonrpc" must be "2.0"'},
         45: {"code": -32600, "message": 'invalid request: "method" must be a string'},
         47: {"code": -32700, "message": "the message nests deeper than the server reads"},
+        48: {"code": -32600, "message": BATCH_REFUSAL},
+        "49": {"code": -32600, "message": BATCH_REFUSAL},
     }  # fmt: skip
     unreadable = [event for event in client.log_events() if event["event"] == "message.unreadable"]
-    assert [event["requestId"] for event in unreadable] == [41, "42", 43, 44, None, None, None, 45, None, 47]
-    assert [event["answerTo"] for event in unreadable] == [None] * 8 + [46, None]  # answering nothing pending
+    expected_ids = [[41], ["42"], [43], [44], [], [], [], [45], [], [47], [48, "49"], []]
+    assert [event["requestIds"] for event in unreadable] == expected_ids
+    assert [event["answerTo"] for event in unreadable] == [None] * 8 + [46, None, None, None]  # answering nothing pending
+    assert "no usable id" in unreadable[-1]["problem"]
     assert all(event["level"] == "warning" and event["problem"] for event in unreadable)
 
 

@@ -7,7 +7,7 @@ import mcp_types as types
 import pytest
 from pydantic import ValidationError
 
-from skill_mcp.unreadable import Unreadable, unreadable_message
+from skill_mcp.unreadable import Unreadable, lost_request_id, unreadable_message
 
 
 def refused(line: str) -> Unreadable:
@@ -34,11 +34,13 @@ def refused(line: str) -> Unreadable:
         ('{"jsonrpc":"2.0","id":' + "[" * 5000 + "]" * 5000 + ',"method":"m"}', None, None, types.PARSE_ERROR),
         ("garbage", None, None, types.PARSE_ERROR),
         ("[1, 2]", None, None, types.INVALID_REQUEST),
+        ("[]", None, None, types.INVALID_REQUEST),
     ],
 )
 def test_only_a_request_or_an_answer_whose_own_id_can_be_read_is_named(line, request_id, answer_to, code):
     unreadable = refused(line)
-    assert (unreadable.request_id, unreadable.answer_to, unreadable.error.code) == (request_id, answer_to, code)
+    request_ids = () if request_id is None else (request_id,)
+    assert (unreadable.request_ids, unreadable.answer_to, unreadable.error.code) == (request_ids, answer_to, code)
     assert unreadable.error.message
 
 
@@ -53,3 +55,34 @@ def test_the_reason_names_what_is_wrong():
     assert refused('{"jsonrpc":"2.0","id":6,"result":null}').error.message == "the message is not a valid response"
     deep = '{"jsonrpc":"2.0","id":7,"method":"ping","params":' + "[" * 5000 + "]" * 5000 + "}"
     assert refused(deep).error.message == "the message nests deeper than the server reads"
+
+
+def test_each_request_in_a_batch_is_refused_by_its_own_id():
+    batch = (
+        '[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/initialized"},'
+        '{"jsonrpc":"2.0","id":"b","method":"ping"},{"jsonrpc":"2.0","id":2,"result":{}},'
+        '{"jsonrpc":"2.0","id":2.5,"method":"ping"},"text",{"jsonrpc":"2.0","id":"\\udc80","method":"ping"}]'
+    )
+    unreadable = refused(batch)
+    # Only the requests: the notification, the answer and what is no message are not answered.
+    assert (unreadable.request_ids, unreadable.answer_to) == ((1, "b"), None)
+    assert unreadable.error.code == types.INVALID_REQUEST
+    assert "batch" in unreadable.error.message and "its own line" in unreadable.error.message
+    assert refused('[{"jsonrpc":"2.0","id":1,"method":"ping"}]').error == unreadable.error
+
+
+@pytest.mark.parametrize("line", ['{"jsonrpc":"2.0","id":2.5,"method":"tools/list"}', '{"jsonrpc":"2.0","id":null,"method":"tools/list"}'])
+def test_a_request_whose_id_the_sdk_cannot_read_is_named_as_unanswerable(line):
+    # The SDK reads it as a notification, which gets no answer: only the log can say what happened.
+    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    assert isinstance(message, types.JSONRPCNotification)
+    assert lost_request_id(message) == (
+        'a message for method "tools/list" with no usable id is read as a notification, which gets no answer: '
+        'a request\'s "id" is a string or an integer'
+    )
+
+
+def test_a_notification_is_not_a_lost_request():
+    notification = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/initialized")
+    assert lost_request_id(notification) is None
+    assert lost_request_id(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")) is None
