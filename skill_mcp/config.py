@@ -43,7 +43,7 @@ class Config:
 
     roots: tuple[str, ...]
     roots_from: str
-    hosted: bool
+    host_markers: tuple[str, ...]  # the HOSTED_MARKERS that are set: any one makes the server hosted (§2.4)
     grant_raw: str | None
     allow_unscrubbed: bool
     data_dir: str | None
@@ -62,6 +62,10 @@ class Config:
     log_format: str
     egress_fenced: bool
     proxy_set: bool
+
+    @property
+    def hosted(self) -> bool:
+        return bool(self.host_markers)
 
 
 def read_var(environ: Mapping[str, str], name: str) -> str | None:
@@ -140,7 +144,7 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
     config = Config(
         roots=roots,
         roots_from=roots_from,
-        hosted=any(var(name) is not None for name in HOSTED_MARKERS),
+        host_markers=tuple(name for name in HOSTED_MARKERS if var(name) is not None),
         grant_raw=var("MCP_SKILL_RUN"),
         allow_unscrubbed=flag("MCP_SKILL_ALLOW_UNSCRUBBED"),
         data_dir=var("MCP_DATA_DIR"),

@@ -12,10 +12,6 @@ from skill_mcp.model import Problem, RunEntry, Skill
 from skill_mcp.text import quoted, quoted_path
 
 GRANT_VARIABLE = "MCP_SKILL_RUN"
-HOSTED_DEFAULT_NOTE = (
-    "A host-injected variable is set and no MCP_SKILL_RUN grant was supplied, so nothing may run here; "
-    "a script becomes runnable when the deployment grants it. Instructions and files are served either way."
-)
 _ROW_KEYS = frozenset({"skill", "script", "env"})
 
 
@@ -89,7 +85,7 @@ def resolve_grant(config: Config) -> GrantState:
     """§10.2: an explicit grant (even malformed or `[]`) beats the hosted default; a bad grant grants nothing."""
     if config.grant_raw is None:
         if config.hosted:
-            return GrantState((), "hosted-default", None, HOSTED_DEFAULT_NOTE)
+            return GrantState((), "hosted-default", None, _hosted_default_note(config.host_markers))
         return NO_GRANT
     try:
         return GrantState(parse_grant(config.grant_raw), GRANT_VARIABLE, None, None)
@@ -98,15 +94,25 @@ def resolve_grant(config: Config) -> GrantState:
         return GrantState((), GRANT_VARIABLE, error, None)
 
 
-def malformed_grant_advice(grant: GrantState) -> str | None:
-    """For a refused declared script: why a malformed grant grants nothing, and the fix; None for a grant that
-    parsed. The error quotes no grant text, so a client may see it, as in skill_list's grantError."""
-    if grant.grant_error is None:
-        return None
+def _hosted_default_note(markers: tuple[str, ...]) -> str:
     return (
-        f"The grant is malformed: {grant.grant_error}. The README gives its syntax: a JSON array of "
-        "{skill, script, env?} objects."
+        f"A host-injected variable ({', '.join(markers)}) is set and no {GRANT_VARIABLE} grant was supplied, so "
+        f"nothing may run here; a script becomes runnable when the deployment grants it in {GRANT_VARIABLE}. "
+        "Instructions and files are served either way."
     )
+
+
+def not_granted_advice(grant: GrantState) -> str:
+    """For a declared script the grant leaves out: why, and who can change that (not the client). The text quotes
+    no grant, so a client may see it, as it sees skill_list's grantError."""
+    if grant.grant_error is not None:
+        return (
+            f"The grant is malformed: {grant.grant_error}. The README gives its syntax: a JSON array of "
+            "{skill, script, env?} objects."
+        )
+    if grant.grant_from == "hosted-default":
+        return f"This hosted deployment was given no grant, so nothing may run; its owner grants scripts in {GRANT_VARIABLE}."
+    return f"The deployment's grant, {GRANT_VARIABLE}, does not name it; only the deployment's owner can add it."
 
 
 def apply_grant(

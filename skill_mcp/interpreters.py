@@ -29,7 +29,9 @@ def find_interpreters(
         # Scripts must not run on the server's own venv python: it carries the server's packages.
         venv = server_prefix if name == "python3" else None
         if override is None:
-            path = _search(name, search_path, venv)
+            path, shims = _search(name, search_path, venv)
+            if shims:
+                warnings.append(ConfigWarning("PATH", _shims_skipped(name, variable, shims, path)))
         else:
             problem = _override_problem(override, venv)
             path = None if problem else override
@@ -50,15 +52,39 @@ def _override_problem(path: str, venv: str | None) -> str | None:
     return None
 
 
-def _search(name: str, search_path: str | None, venv: str | None) -> str | None:
+def _search(name: str, search_path: str | None, venv: str | None) -> tuple[str | None, list[str]]:
+    """The first usable `name` on `search_path`, and the scripts skipped on the way there."""
+    shims = []
     for directory in (search_path or "").split(os.pathsep):
         # A relative PATH entry would depend on the cwd at spawn time; only absolute ones are trusted.
         if not os.path.isabs(directory):
             continue
         candidate = os.path.join(directory, name)
-        if _is_executable_file(candidate) and not _inside(candidate, venv):
-            return candidate
-    return None
+        if not _is_executable_file(candidate) or _inside(candidate, venv):
+            continue
+        if not _is_script(candidate):
+            return candidate, shims
+        shims.append(candidate)
+    return None, shims
+
+
+def _is_script(path: str) -> bool:
+    """Whether `path` starts with "#!": a version manager's shim (pyenv, asdf), not an interpreter. A shim picks the
+    interpreter when it runs, by files in the current directory, which is the skill's: the skill would choose."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(2) == b"#!"
+    except OSError:  # unreadable or gone since its stat: whether it runs is for the spawn to say
+        return False
+
+
+def _shims_skipped(name: str, variable: str, shims: list[str], path: str | None) -> str:
+    outcome = f"{name} is {path}" if path else f"{name} is unavailable"
+    return (
+        f"{', '.join(shims)}: a script, not an interpreter (a version manager's shim, which would let a skill's own "
+        f"files pick the interpreter), so the lookup skipped it and {outcome}; set {variable} to the interpreter "
+        "scripts should run on"
+    )
 
 
 def _is_executable_file(path: str) -> bool:

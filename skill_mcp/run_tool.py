@@ -22,7 +22,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from . import confirm
 from .deployment import Deployment
 from .files import FileTooLarge, sha256_fd
-from .grants import malformed_grant_advice
+from .grants import not_granted_advice
 from .hardening import ChildLimits
 from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES
 from .logs import get_logger
@@ -199,12 +199,11 @@ class RunService:
                 "acceptance by this deployment; skill_list shows which is missing."
             )
         if any(entry.script == script for entry in skill.declaration.runs):
-            malformed = malformed_grant_advice(self.deployment.grant)
             raise Refused(
                 "not-granted",
                 f'{quoted_path(script)} is declared by the skill "{skill.name}" but is not granted for this '
                 "deployment, so it may not run",
-                hint if malformed is None else f"{hint} {malformed}",
+                f"{hint} {not_granted_advice(self.deployment.grant)}",
             )
         undeclared = f'{quoted_path(script)} is not declared as a runnable script by the skill "{skill.name}"'
         raise Refused("not-declared", undeclared, hint)

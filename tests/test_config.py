@@ -24,7 +24,7 @@ def test_defaults_with_an_empty_environment():
     config, warnings = load()
     assert warnings == []
     assert config == Config(
-        roots=(BUNDLED,), roots_from="default", hosted=False, grant_raw=None, allow_unscrubbed=False,
+        roots=(BUNDLED,), roots_from="default", host_markers=(), grant_raw=None, allow_unscrubbed=False,
         data_dir=None, confirm_mode="ask-user", confirm_mode_reason=None, elicitation=True, ttl_seconds=600,
         confirm_secret=None, host_confirm_secret=None, max_skills=32, node_override=None, python_override=None,
         rlimit_nproc=None, rlimit_as_mb=None, log_level="info", log_format="json", egress_fenced=False,

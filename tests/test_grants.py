@@ -10,7 +10,7 @@ from skill_mcp.grants import (
     GrantRow,
     GrantState,
     apply_grant,
-    malformed_grant_advice,
+    not_granted_advice,
     parse_grant,
     resolve_grant,
 )
@@ -111,14 +111,27 @@ def test_unset_grant_value_is_no_grant():
     assert resolve(MCP_SKILL_RUN="null") == NO_GRANT
 
 
-def test_only_a_malformed_grant_draws_advice_for_a_refusal():
-    advice = malformed_grant_advice(resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="{"))
+def test_a_refusal_for_a_script_left_out_says_why_and_who_can_grant_it():
+    advice = not_granted_advice(resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="{"))
     assert advice == (
         f"The grant is malformed: MCP_SKILL_RUN is not valid JSON: {BAD_JSON}; nothing is granted, so no script may "
         "run until it is fixed. The README gives its syntax: a JSON array of {skill, script, env?} objects."
     )
-    parsed = [resolve(SKILLS_DIR="/b"), resolve(MCP_SKILLS_PATH="/a"), resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="[]")]
-    assert [malformed_grant_advice(state) for state in parsed] == [None, None, None]
+    assert not_granted_advice(resolve(MCP_SKILLS_PATH="/a")) == (
+        "This hosted deployment was given no grant, so nothing may run; its owner grants scripts in MCP_SKILL_RUN."
+    )
+    assert not_granted_advice(resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="[]")) == (
+        "The deployment's grant, MCP_SKILL_RUN, does not name it; only the deployment's owner can add it."
+    )
+
+
+def test_the_hosted_default_note_names_the_variables_that_made_the_server_hosted():
+    state = resolve(SKILLS_DIR="/b", MCP_DATA_DIR="/data", MCP_HOST_METER_FILE="/meter")
+    assert state.grant_note == (
+        "A host-injected variable (MCP_HOST_METER_FILE, MCP_DATA_DIR) is set and no MCP_SKILL_RUN grant was "
+        "supplied, so nothing may run here; a script becomes runnable when the deployment grants it in "
+        "MCP_SKILL_RUN. Instructions and files are served either way."
+    )
 
 
 # Applying (§10.3)

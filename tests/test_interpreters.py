@@ -9,12 +9,16 @@ from skill_mcp.config import ConfigWarning, load_config
 from skill_mcp.interpreters import _inside, find_interpreters, server_venv_prefix
 
 
-def executable(path, mode=0o755):
+def executable(path, mode=0o755, content=b"\x7fELF, a stand-in interpreter\n"):
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as handle:
-        handle.write("#!/bin/sh\n")
+    with open(path, "wb") as handle:
+        handle.write(content)
     os.chmod(path, mode)
     return str(path)
+
+
+def shim(path):
+    return executable(path, content=b'#!/usr/bin/env bash\nexec pyenv exec "$@"\n')
 
 
 def config(**environ):
@@ -58,6 +62,40 @@ def test_a_venv_named_through_a_link_is_still_recognised(tree):
     os.symlink(venv, root / "venv-link")
     found, _ = find_interpreters(config(), os.path.join(venv, "bin"), str(root / "venv-link"))
     assert "python3" not in found
+
+
+def test_a_script_on_path_is_a_shim_and_skipped_with_a_warning(tree):
+    # A pyenv or asdf shim chooses the interpreter from files in the cwd, the skill's directory.
+    root, venv, search = tree
+    python_shim, node_shim = shim(root / "shims" / "python3"), shim(root / "shims" / "node")
+    found, warnings = find_interpreters(config(), os.pathsep.join([str(root / "shims"), search]), venv)
+    assert found == {"node": str(root / "usr" / "bin" / "node"), "python3": str(root / "usr" / "bin" / "python3")}
+    assert warnings == [
+        ConfigWarning("PATH", (
+            f"{node_shim}: a script, not an interpreter (a version manager's shim, which would let a skill's own "
+            f"files pick the interpreter), so the lookup skipped it and node is {root}/usr/bin/node; set MCP_SKILL_NODE "
+            "to the interpreter scripts should run on"
+        )),
+        ConfigWarning("PATH", (
+            f"{python_shim}: a script, not an interpreter (a version manager's shim, which would let a skill's own "
+            f"files pick the interpreter), so the lookup skipped it and python3 is {root}/usr/bin/python3; set "
+            "MCP_SKILL_PYTHON to the interpreter scripts should run on"
+        )),
+    ]  # fmt: skip
+
+
+def test_with_only_shims_on_path_the_interpreter_is_unavailable(tmp_path):
+    first, second = shim(tmp_path / "a" / "python3"), shim(tmp_path / "b" / "python3")
+    found, warnings = find_interpreters(config(), f"{tmp_path / 'a'}:{tmp_path / 'b'}", None)
+    assert found == {}
+    assert [warning.problem.split(": a script")[0] for warning in warnings] == [f"{first}, {second}"]
+    assert "python3 is unavailable; set MCP_SKILL_PYTHON" in warnings[0].problem
+
+
+def test_a_shim_named_by_the_variable_is_the_operators_choice(tree):
+    root, venv, search = tree
+    chosen = shim(root / "shims" / "python3")
+    assert find_interpreters(config(MCP_SKILL_PYTHON=chosen), search, venv) == ({"python3": chosen, "node": str(root / "usr" / "bin" / "node")}, [])
 
 
 def test_missing_interpreters_are_not_listed(tmp_path):

@@ -557,7 +557,8 @@ async def test_hosted_default_grants_nothing(fence: Fence, era: str) -> None:
     expected = (
         '"scripts/mark.py" is declared by the skill "fence" but is not granted for this deployment, so it may not run'
         "\n\nHint: Nothing may run for this skill: a script needs both an mcp-host.run entry in SKILL.md AND "
-        "acceptance by this deployment; skill_list shows which is missing."
+        "acceptance by this deployment; skill_list shows which is missing. This hosted deployment was given no "
+        "grant, so nothing may run; its owner grants scripts in MCP_SKILL_RUN."
     )
     assert error_text(plain) == expected
     assert error_text(asked) == expected
@@ -576,7 +577,8 @@ async def test_grant_of_one_script_runs_it_and_refuses_the_other(fence: Fence, e
     assert error_text(other) == (
         '"scripts/other.py" is declared by the skill "fence" but is not granted for this deployment, so it may not '
         'run\n\nHint: The scripts this skill declares and this deployment accepts: "scripts/mark.py". Only a script '
-        "named in SKILL.md's mcp-host.run block and accepted for this deployment may run."
+        "named in SKILL.md's mcp-host.run block and accepted for this deployment may run. The deployment's grant, "
+        "MCP_SKILL_RUN, does not name it; only the deployment's owner can add it."
     )
     # declared [API_KEY, MISSING_KEY, …] ∩ granted [API_KEY]; a grant means no envWarning
     assert first["preview"]["willRun"] == fence.will_run(envNames=["API_KEY", "HOME", "PATH"])

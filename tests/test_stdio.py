@@ -28,6 +28,7 @@ from skill_mcp.server import BEFORE_THE_SESSION
 
 VENV_BIN = os.path.dirname(sys.executable)
 MODULE = (sys.executable, "-m", "skill_mcp")
+SYSTEM_PATH = "/usr/bin:/bin"
 BATCH_REFUSAL = (
     "the line is a JSON array (a batch), which this server does not read: MCP carries one message per line "
     "(batches were removed in protocol 2025-06-18); send each message on its own line"
@@ -613,7 +614,9 @@ def test_log_level_error_silences_info_and_warning(tree):
 
 
 def test_an_unknown_log_setting_falls_back_with_a_warning(tree):
-    with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_LOG_FORMAT="xml", MCP_LOG_LEVEL="loud")) as client:
+    # A PATH with no version manager's shims, whose own warning would depend on the machine.
+    environ = clean_environ(SKILLS_DIR=str(tree), MCP_LOG_FORMAT="xml", MCP_LOG_LEVEL="loud", PATH=SYSTEM_PATH)
+    with running(MODULE, environ) as client:
         client.close_stdin()
         assert client.wait() == 0
     events = client.log_events()  # still JSON: the fallback format
@@ -626,7 +629,7 @@ def test_an_unknown_log_setting_falls_back_with_a_warning(tree):
 @pytest.mark.parametrize(("value", "effective"), [("5000", 4096), ("abc", 32)])
 def test_a_bad_max_skills_warns_once_without_its_value(tree, value, effective):
     # §17 #14 on the wire: the fallback applies and one config.warning names the variable, never the value.
-    with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_MAX_SKILLS=value)) as client:
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_MAX_SKILLS=value, PATH=SYSTEM_PATH)) as client:
         client.close_stdin()
         assert client.wait() == 0
     events = client.log_events()
