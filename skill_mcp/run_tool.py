@@ -32,6 +32,7 @@ from .runner import (
     RunOutcome,
     SpawnFailed,
     build_argv,
+    kill_for_exit,
     kill_process_group,
     leader_collected,
     network_note,
@@ -152,7 +153,7 @@ class RunService:
         active = self._active
         if active is None:
             return self._running_at_input_end
-        kill_process_group(active.pid)
+        kill_for_exit(active.pid)
         self._log_stopped_end(active)
         return True
 

@@ -19,9 +19,11 @@ from skill_mcp.text import os_error_text
 TERM_GRACE_MS = 2000
 OUTPUT_DRAIN_MS = 250
 _SESSION_PASSES = 4
-_ADOPTED_PASSES = 1000  # each finds the links alive now; a chain forks far slower than one pass reads
+_SWEEP_BUDGET_S = 2.0  # for killing what one script left: a chain of 1000 setsid links dies in about 0.5 s
 _QUIET_PASSES = 3
 _QUIET_PASS_GAP_S = 0.001
+_DEATH_POLL_S = 0.0002
+_EXIT_WAIT_S = 0.5  # at the server's exit, for a killed leader to die, so what it left is adopted and swept
 HARD_DEADLINE_EXTRA_MS = 3250
 _READ_CHUNK = 65536
 _SETUP_REASON_MAX = 1024
@@ -30,6 +32,9 @@ _SETUP_REASON_MAX = 1024
 # an event set once collected. The sweep of adopted processes leaves them to their Popen, and spares any process
 # older than the script.
 _LEADERS: dict[int, tuple[int, asyncio.Event]] = {}
+# The start time of the oldest leader whose sweep ran out of time: every later sweep goes back that far, so what
+# it left is not spared for being older than the next script.
+_sweep_floor: int | None = None
 
 NETWORK_NOTE = (
     "The network is restricted to a declared egress allowlist: a host not on it shows up as an HTTP 403 "
@@ -105,35 +110,64 @@ def _kill_adopted(leader: int) -> bool:
     """Kill, and collect, what a script left running that the server adopted (as a subreaper or PID 1): every child
     that started after the script's leader, bar the leaders a Popen still owns, even one that left its session with
     setsid. A chain of processes that each move to a new group, fork and exit outruns a scan of /proc, but each
-    link is the server's child once its parent is gone: caught here, one cheap pass per link."""
+    link is the server's child once its parent is gone: each pass kills the links adopted so far and waits for them
+    to die, which hands the server the next."""
+    global _sweep_floor
     if leader not in _LEADERS:
         return False  # collected already: what it left was swept as it exited
-    born = _LEADERS[leader][0]
-    signalled, quiet_passes = False, 0
-    for pass_number in range(_ADOPTED_PASSES):
+    born = _LEADERS[leader][0] if _sweep_floor is None else min(_LEADERS[leader][0], _sweep_floor)
+    deadline = time.monotonic() + _SWEEP_BUDGET_S
+    signalled, quiet_passes, first_pass = False, 0, True
+    while quiet_passes < _QUIET_PASSES:
+        if time.monotonic() >= deadline:
+            _sweep_floor = born  # the next sweep goes on from here
+            return signalled
         members = [(child, state) for child, state, start in _children() if child not in _LEADERS and start >= born]
-        if not members and pass_number == 0:
-            return False  # the script left nothing behind: the usual case, one pass
-        # A zombie whose other threads still run (its main thread ended first) cannot be collected yet: it is
-        # alive until waitpid takes it.
-        live = [child for child, state in members if state != b"Z" or not _collected(child)]
-        for child in live:
-            signalled = _signal(os.kill, child, signal.SIGKILL) or signalled
+        if not members and first_pass:
+            break  # the script left nothing behind: the usual case, one pass
+        first_pass = False
+        for child, state in members:
+            signalled = (_signal(os.kill, child, signal.SIGKILL) and state != b"Z") or signalled
+        # Their descendants too, not adopted yet: a chain dies at once, not one link per pass.
+        for descendant in _descendants([child for child, _ in members]):
+            signalled = _signal(os.kill, descendant, signal.SIGKILL) or signalled
+        for child, _ in members:
+            _collect_once_dead(child, deadline)
         # The children file can miss a child that is being reparented as it is read (proc(5)): only a few
-        # passes in a row that find nothing alive say that nothing is.
-        quiet_passes = 0 if live else quiet_passes + 1
-        if quiet_passes == _QUIET_PASSES:
-            break
-        if not live:
+        # passes in a row that find nothing say that nothing is left.
+        quiet_passes = 0 if members else quiet_passes + 1
+        if not members:
             time.sleep(_QUIET_PASS_GAP_S)
+    _sweep_floor = None
     return signalled
+
+
+def _collect_once_dead(child: int, deadline: float) -> None:
+    """Collect a killed child as soon as it is dead (its own children are the server's from then on); a zombie
+    whose other threads still run, or one stuck in the kernel, is waited for until the deadline."""
+    while not _collected(child) and time.monotonic() < deadline:
+        time.sleep(_DEATH_POLL_S)
 
 
 def _collected(child: int) -> bool:
     try:
         return os.waitpid(child, os.WNOHANG)[0] == child
     except ChildProcessError:
-        return True
+        return True  # collected elsewhere (the SIGCHLD handler)
+
+
+def kill_for_exit(leader: int) -> None:
+    """At the server's exit: kill a running script's group, and once its leader is dead (what it started in other
+    sessions is adopted then), whatever it left; without this, those would outlive the server."""
+    kill_process_group(leader)
+    if not adopting_orphans():
+        return
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    with contextlib.suppress(ChildProcessError):  # collected already
+        # WNOWAIT: the leader stays for its Popen to collect.
+        while os.waitid(os.P_PID, leader, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None and time.monotonic() < deadline:
+            time.sleep(_DEATH_POLL_S)
+    _kill_adopted(leader)
 
 
 def _collect_zombies() -> None:
@@ -157,21 +191,40 @@ def collect_adopted_as_they_die() -> None:
 def _children() -> list[tuple[int, bytes, int]]:
     """The server's children as (pid, state, start time in clock ticks), from /proc (none without /proc)."""
     children = []
+    for pid in _child_pids("self"):
+        fields = _stat_fields(pid)
+        if fields is not None:
+            children.append((pid, fields[0], int(fields[19])))
+    return children
+
+
+def _descendants(roots: list[int]) -> list[int]:
+    """Every process below `roots`, from /proc; one that forks as it is read is missed here and adopted later."""
+    found: list[int] = []
+    seen, pending = set(roots), list(roots)
+    while pending:
+        for child in _child_pids(pending.pop()):
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+                pending.append(child)
+    return found
+
+
+def _child_pids(process: int | str) -> list[int]:
+    """The children of each thread of `process` (a pid, or "self"); none when it is gone or there is no /proc."""
+    pids = []
     try:
-        tasks = os.listdir("/proc/self/task")
+        tasks = os.listdir(f"/proc/{process}/task")
     except OSError:
         return []
     for task in tasks:
         try:
-            with open(f"/proc/self/task/{task}/children", "rb") as listed:
-                pids = [int(pid) for pid in listed.read().split()]
+            with open(f"/proc/{process}/task/{task}/children", "rb") as listed:
+                pids += [int(pid) for pid in listed.read().split()]
         except OSError:
             continue
-        for pid in pids:
-            fields = _stat_fields(pid)
-            if fields is not None:
-                children.append((pid, fields[0], int(fields[19])))
-    return children
+    return pids
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:

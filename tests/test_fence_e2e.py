@@ -109,6 +109,38 @@ for task in os.listdir(f"/proc/{server}/task"):
 print(zombies)
 """
 
+# A chain of setsid links, each the child of the one before: the leader exits once the last is in place. Every
+# link but the first is adopted only when its parent dies, so a sweep that kills one link per pass falls behind.
+CHAIN = """\
+import os, sys, time
+ready_read, ready_write = os.pipe()
+for depth in range(int(sys.argv[1])):
+    if os.fork():
+        if depth == 0:
+            os.close(ready_write)
+            os.read(ready_read, 1)
+            os._exit(0)
+        time.sleep(600)
+    if depth == 0:  # the links do not hold the run's output open
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+    os.setsid()
+os.write(ready_write, b"x")
+time.sleep(600)
+"""
+
+# The leader waits; its child, in a session of its own, outlives it unless the server kills it. The leader holds
+# 256 MiB, so that its death, once killed, takes a while.
+HOLD = """\
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(600)
+held = b"x" * (256 << 20)
+time.sleep(600)
+"""
+
 
 @pytest.fixture(scope="module")
 def sandbox() -> Path:
@@ -123,6 +155,9 @@ def sandbox() -> Path:
                 files={"background.py": BACKGROUND})
     write_skill(root / "skills", "fail", SKILL.replace("fence", "fail").replace("peek.py", "fail.py"),
                 files={"fail.py": "import sys\nsys.exit(3)\n"})
+    for name, script in (("chain", CHAIN), ("hold", HOLD)):
+        write_skill(root / "skills", name, SKILL.replace("fence", name).replace("peek.py", f"{name}.py"),
+                    files={f"{name}.py": script})
     site = root / "site"
     shutil.copytree(sysconfig.get_paths()["purelib"], site, ignore=shutil.ignore_patterns("__pycache__", "*.pth"))
     shutil.copytree(Path(REPO) / "skill_mcp", site / "skill_mcp", ignore=shutil.ignore_patterns("__pycache__"))
@@ -218,6 +253,64 @@ def test_what_a_script_left_running_outside_its_session_dies_with_it(sandbox: Pa
         result = confirmed_run(server, {"name": "detach", "script": "detach.py"})
         left = live_threads(int(result["stdout"]))
     assert (result["exitCode"], result["timedOut"], left) == (0, False, [])
+
+
+def test_a_chain_of_setsid_links_dies_with_its_run(sandbox: Path) -> None:
+    try:
+        with serving(sandbox) as server:
+            result = confirmed_run(server, {"name": "chain", "script": "chain.py", "args": ["300"]})
+            time.sleep(0.2)
+            left = running_scripts("chain.py")
+    finally:
+        kill_all("chain.py")
+    assert (result["exitCode"], result["timedOut"], len(left)) == (0, False, 0), result["stderr"]
+
+
+def test_a_signal_that_stops_the_server_mid_run_kills_what_the_script_started_in_another_session(
+    sandbox: Path,
+) -> None:
+    server = unprivileged_server(sandbox)
+    try:
+        legacy_handshake(server)
+        call = {"name": "hold", "script": "hold.py"}
+        token = tool_payload(server.request("tools/call", {"name": "skill_run", "arguments": call}))["confirmToken"]
+        arguments = {**call, "confirmToken": token}
+        server.send_line(json.dumps({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                                     "params": {"name": "skill_run", "arguments": arguments}}).encode())
+        deadline = time.monotonic() + 10
+        while len(running_scripts("hold.py")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        started = len(running_scripts("hold.py"))
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait() == 0
+        time.sleep(0.2)
+        left = running_scripts("hold.py")
+    finally:
+        server.kill()
+        kill_all("hold.py")
+    assert (started, left) == (2, [])
+
+
+def running_scripts(script: str) -> list[int]:
+    """Live processes running `script` of the sandbox."""
+    found = []
+    for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+        try:
+            command = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if any(part.endswith(f"/{script}".encode()) for part in command) and live_threads(pid):
+            found.append(pid)
+    return found
+
+
+def kill_all(script: str) -> None:
+    # A chain forks as it is killed: a few rounds.
+    for _ in range(5):
+        for pid in running_scripts(script):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 def live_threads(pid: int) -> list[str]:

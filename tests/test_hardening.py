@@ -374,6 +374,23 @@ def test_the_server_as_pid_1_reaps_what_a_script_left_behind(sandbox: Path) -> N
 
 
 @linux_only
+def test_what_a_sweep_out_of_time_left_is_killed_at_the_next_runs_end(sandbox: Path) -> None:
+    # The leftovers are older than the next script; the next sweep still goes back to them.
+    report = drive(sandbox, "adopt,twice,short-sweep", "python3", "detached_holder.py")
+    first, second = (int(run["stdout"].split()[1]) for run in report["runs"])
+    time.sleep(0.2)
+    assert (is_alive(first), is_alive(second)) == (False, False)
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as status:
+            return status.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+@linux_only
 def test_a_relay_that_keeps_changing_group_dies_with_its_script(sandbox: Path) -> None:
     # Each link lives too briefly for a scan of /proc to find it; adopted by the server, it is its child instead.
     shared = world_readable_dir()
