@@ -130,6 +130,13 @@ def check_report(roots: Sequence[str], skill_names: Sequence[str], problems: Seq
     return {"roots": list(roots), "skills": list(skill_names), "problems": [problem.to_json() for problem in problems]}
 
 
+def demo_note(command: str, done: str) -> str:
+    return (
+        f"no ROOT argument, MCP_SKILLS_PATH or SKILLS_DIR, so this {done} the bundled demo skill; "
+        f"pass the directory that holds your skills, e.g. `skill-mcp {command} ./skills`"
+    )
+
+
 def check_lines(report: Mapping[str, Any]) -> list[str]:
     lines = [_one_line(f"{p['reason']}  {p['path']}: {p['detail']}") for p in report["problems"]]
     return [*lines, _summary(len(report["skills"]), len(report["problems"]))]
@@ -141,10 +148,7 @@ def check_notes(deployment: Deployment) -> list[str]:
     declared scripts no deployment of skill-mcp can ever run."""
     notes = []
     if deployment.roots_from == "default":
-        notes.append(
-            "no ROOT argument, MCP_SKILLS_PATH or SKILLS_DIR, so this checked the bundled demo skill; "
-            "pass the directory that holds your skills, e.g. `skill-mcp check ./skills`"
-        )
+        notes.append(demo_note("check", "checked"))
     elif not deployment.skills and not deployment.problems:
         notes.append(
             f"no skill was found under {', '.join(deployment.roots)}: a skill is a directory holding a SKILL.md, "
@@ -270,7 +274,10 @@ def check(roots: tuple[str, ...], as_json: bool) -> int:
 
 
 def list_deployment(roots: tuple[str, ...], as_json: bool, egress: bool) -> int:
-    listing = skill_list(_deployment(roots, apply_owner_grant=True))
+    deployment = _deployment(roots, apply_owner_grant=True)
+    if deployment.roots_from == "default":
+        print(f"skill-mcp: note: {demo_note('list', 'lists')}", file=sys.stderr)
+    listing = skill_list(deployment)
     if egress:
         hosts = egress_allowlist(listing)
         _print(json.dumps(hosts) if as_json else "\n".join(hosts))

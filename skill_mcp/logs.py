@@ -116,5 +116,18 @@ def log_ready(log: Any, deployment: Deployment) -> None:
         "ready",
         message=f"skill-mcp {VERSION} serves {len(skills)} skill(s)"
         + (f" ({names})" if names else "")
-        + f" with {len(deployment.problems)} problem(s); waiting for an MCP client on stdin",
+        + f" with {len(deployment.problems)} problem(s) and {_what_may_run(deployment)}; waiting for an MCP client "
+        "on stdin",
     )
+
+
+def _what_may_run(deployment: Deployment) -> str:
+    """How many scripts may run, or what keeps every script from running."""
+    if deployment.run_block is not None:
+        return "no script may run (the environ scrub failed; skill_list says why)"
+    if deployment.grant.grant_error is not None:
+        return "no script may run (MCP_SKILL_RUN is malformed; skill_list's grantError says how)"
+    if deployment.grant.grant_from == "hosted-default":
+        return "no script may run (hosted, and no MCP_SKILL_RUN grant was supplied)"
+    runnable = sum(deployment.runnable(entry) for entries in deployment.effective.values() for entry in entries)
+    return f"{runnable} runnable script(s)"

@@ -234,6 +234,8 @@ class SkillDir:
             raise self._not_a_file(rel, error) from None
         try:
             real, status = _descriptor_path(handle), os.fstat(handle)
+            if status.st_nlink == 0:  # removed or replaced since it was opened: its path now reads "… (deleted)"
+                raise PathRefused(f"{quoted_path(rel)} was removed or replaced while it was opened", "Call again.")
             self._check(rel, real, status)
             # The kernel words the path in the file's own mount namespace: a link through /proc/<pid>/root can reach
             # a file mounted over `real` in another one, or make a link here lead back into the skill.

@@ -551,6 +551,13 @@ def _hash_script(skill: Skill, script: str) -> tuple[str, str]:
         finally:
             os.close(fd)
     except PathRefused as refused:
+        never_there = all(entry.path != script for entry in skill.manifest)  # at boot, that is: see skill_load
+        if never_there and not os.path.lexists(os.path.join(skill.real_dir, script)):
+            hint = (
+                "The skill declares it, but there is no such file in the skill (skill_list's problems report it as "
+                "declared-script-missing): only the skill's author can fix that."
+            )
+            raise Refused("path-refused", refused.message, hint) from None
         raise Refused("path-refused", refused.message, refused.hint) from None
     except FileTooLarge:
         raise Refused(

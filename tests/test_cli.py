@@ -526,6 +526,15 @@ def test_json_output_writes_non_ascii_text_as_utf_8(root: Path, elsewhere: Path)
     assert code == 1 and str(root / "Ünï") in stdout
 
 
+def test_list_without_roots_says_it_lists_the_bundled_demo(elsewhere: Path) -> None:
+    code, stdout, stderr = run_cli(["list"], elsewhere)
+    assert code == 0 and stdout.splitlines()[1].startswith("skill-mcp-demo ")
+    assert stderr == (
+        "skill-mcp: note: no ROOT argument, MCP_SKILLS_PATH or SKILLS_DIR, so this lists the bundled demo skill; "
+        "pass the directory that holds your skills, e.g. `skill-mcp list ./skills`\n"
+    )
+
+
 def test_an_unusable_interpreter_override_is_a_warning_on_stderr(elsewhere: Path) -> None:
     code, _, stderr = run_cli(["list"], elsewhere, {"MCP_SKILL_PYTHON": str(elsewhere / "no-such-python")})
     assert code == 0 and "skill-mcp: warning: MCP_SKILL_PYTHON: " in stderr and "python3 is unavailable" in stderr

@@ -378,3 +378,24 @@ def test_the_check_then_open_way_reads_the_inode_it_checked_not_what_now_sits_at
     monkeypatch.setattr(paths, "_is_real_path_here", check_then_swap)
     with SkillDir(str(skill)).opened("alias.md") as (fd, _):
         assert os.read(fd, 100) == b"notes"
+
+
+@pytest.mark.skipif(not paths._CHECK_THEN_OPEN, reason="no O_PATH and /proc here")
+def test_a_file_replaced_while_it_is_checked_is_said_to_be_so(layout, monkeypatch):
+    # An editor's save renames a new file over the old one: the handle then names "… (deleted)", no place outside.
+    # Only the O_PATH handle is read back by its path, so it is the way checked here, whatever the fixture's.
+    monkeypatch.setattr(paths, "_CHECK_THEN_OPEN", True)
+    for opener in ("_OPEN_LINK_FREE", "_OPEN_DIRECTORY_LINK_FREE", "_OPEN_HANDLE_LINK_FREE"):
+        monkeypatch.setattr(paths, opener, None)
+    skill = layout / "skill"
+    os.symlink("scripts/ok.js", skill / "alias.js")  # through a link: the handle's check decides
+    read_path = paths._descriptor_path
+
+    def replaced_meanwhile(fd: int) -> str:
+        (skill / "scripts" / "new.js").write_text("new")
+        os.replace(skill / "scripts" / "new.js", skill / "scripts" / "ok.js")
+        return read_path(fd)
+
+    monkeypatch.setattr(paths, "_descriptor_path", replaced_meanwhile)
+    refused = refusal(skill, "alias.js")
+    assert (refused.message, refused.hint) == ('"alias.js" was removed or replaced while it was opened', "Call again.")

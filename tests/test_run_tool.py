@@ -63,7 +63,8 @@ NOT_CONFIRMED = {
 REJECTION_NOTES = {
     "TOKEN_REUSED": "Nothing was run by this call: the token was already used, and one approval runs once.",
     "TOKEN_EXPIRED": "Nothing was run: the token has expired. Call again without confirmToken for a fresh preview.",
-    "TOKEN_INVALID": "Nothing was run: the token is not valid for this call. "
+    "TOKEN_INVALID": "Nothing was run: the token is not valid for this call (it names another skill or script, was altered, or "
+    "comes from before the server restarted, which voids every token unless MCP_CONFIRM_SECRET is set). "
     "Call again without confirmToken for a fresh preview.",
 }
 MARK_GRANT = json.dumps([{"skill": "fence", "script": "scripts/mark.py"}])
@@ -267,7 +268,8 @@ PREVIEW_REFUSALS = {
     "directory": ("scripts/dir.py", "path-refused", lambda f: '"scripts/dir.py" is not a regular file\n\n'
                   "Hint: Only regular files can be read or executed."),
     "missing": ("scripts/gone.py", "path-refused", lambda f: '"scripts/gone.py" is not a file in this skill\n\n'
-                "Hint: Call skill_load for the exact files."),
+                "Hint: The skill declares it, but there is no such file in the skill (skill_list's problems report "
+                "it as declared-script-missing): only the skill's author can fix that."),
     "bash": ("scripts/sh.sh", "interpreter-unavailable", lambda f: no_interpreter("scripts/sh.sh", "bash")),
     "constructor": ("scripts/ctor.js", "interpreter-unavailable",
                     lambda f: no_interpreter("scripts/ctor.js", "constructor")),

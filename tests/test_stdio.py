@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -611,6 +612,24 @@ def test_log_level_error_silences_info_and_warning(tree):
         assert client.wait() == 0
     assert client.stderr_lines == []
     assert_stdout_is_only_json_rpc(client)
+
+
+@pytest.mark.parametrize(
+    ("environ", "may_run"),
+    [
+        # the bundled demo's report.py, and report.js where node is found
+        ({"SKILLS_DIR": ""}, f"and {1 + bool(shutil.which('node'))} runnable script(s)"),
+        ({"MCP_DATA_DIR": "/nonexistent"}, "and no script may run (hosted, and no MCP_SKILL_RUN grant was supplied)"),
+        ({"MCP_SKILL_RUN": "{"}, "and no script may run (MCP_SKILL_RUN is malformed; skill_list's grantError says how)"),
+    ],
+)
+def test_the_ready_line_says_whether_any_script_may_run(tree, environ, may_run):
+    # An operator reading the log sees at once that a hosted server without a grant runs nothing.
+    with running(MODULE, clean_environ(**{"SKILLS_DIR": str(tree), **environ})) as client:
+        client.close_stdin()
+        assert client.wait() == 0
+    (ready,) = [event["message"] for event in client.log_events() if event["event"] == "ready"]
+    assert ready.endswith(f" problem(s) {may_run}; waiting for an MCP client on stdin")
 
 
 def test_an_unknown_log_setting_falls_back_with_a_warning(tree):
