@@ -482,7 +482,7 @@ def _refuse_duplicates(skills: list[Skill], problems: list[Problem]) -> list[Ski
                 "duplicate-name",
                 f"{len(group)} directories contribute the name {quoted(name)}: {dirs}; NONE of them is served, "
                 "because serving one would let whichever was scanned first stand in for the others, "
-                "and the owner's grant for that name would follow it",
+                "and the owner's grant for that name would follow it; rename all but one, or drop a root",
             )
         )
     return served

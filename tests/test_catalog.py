@@ -937,6 +937,7 @@ def test_same_name_in_two_roots_serves_neither(tmp_path):
     assert problem.path == str(first / "docx")
     assert str(first / "docx") in problem.detail and str(second / "skills" / "docx") in problem.detail
     assert '"docx"' in problem.detail and "NONE" in problem.detail and "2 directories" in problem.detail
+    assert problem.detail.endswith("; rename all but one, or drop a root")  # what the owner can do about it
 
 
 def test_more_skills_than_the_limit_keeps_the_first(tmp_path):
