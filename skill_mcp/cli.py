@@ -145,7 +145,7 @@ def serve() -> int:
     deployment, warnings = build_deployment(environ, scrub=scrub, non_dumpable=non_dumpable)
     configure_logging(deployment.config.log_level, deployment.config.log_format)
     log = get_logger()
-    log_boot(log, deployment, warnings, scrub, unavailable_levers)
+    log_boot(log, deployment, warnings, scrub, unavailable_levers, as_root=os.geteuid() == 0)
     runs = RunService(deployment)
     server = build_server(deployment, runs.call)
 

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from .hardening import ScrubResult
 
 _READY_NAMES_SHOWN = 8  # skills the `ready` line names before "…"
+_ROOT_PROBLEM = (
+    "the server runs as root, so its scripts do too, and root reads any process's memory and environment whatever "
+    "the server's non-dumpable flag; run the server as an unprivileged user (the appliance's fenced start does)"
+)
 
 
 def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None) -> None:
@@ -70,9 +74,16 @@ def get_logger() -> Any:
 
 
 def log_boot(
-    log: Any, deployment: Deployment, warnings: list[ConfigWarning], scrub: ScrubResult, unavailable_levers: list[str]
+    log: Any,
+    deployment: Deployment,
+    warnings: list[ConfigWarning],
+    scrub: ScrubResult,
+    unavailable_levers: list[str],
+    *,
+    as_root: bool = False,
 ) -> None:
-    """The start-up events (§13): warnings, `boot`, and one `problem` each."""
+    """The start-up events (§13): warnings, `boot`, and one `problem` each. `as_root`: the server's effective uid
+    is 0."""
     config = deployment.config
     for warning in warnings:
         log.warning("config.warning", variable=warning.variable, problem=warning.problem)
@@ -82,6 +93,8 @@ def log_boot(
     if scrub.status != "unsupported" and not deployment.hardening.non_dumpable:
         problem = "prctl(PR_SET_DUMPABLE, 0) did not hold; a script of this uid could read this server's memory"
         log.warning("hardening.warning", step="non-dumpable", problem=problem)
+    if as_root and deployment.run_block is None and _runnable_scripts(deployment):
+        log.warning("hardening.warning", step="uid", problem=_ROOT_PROBLEM)
     if deployment.grant.grant_error:
         log.warning("config.warning", variable="MCP_SKILL_RUN", problem=deployment.grant.grant_error)
     for lever in unavailable_levers:
@@ -129,5 +142,8 @@ def _what_may_run(deployment: Deployment) -> str:
         return "no script may run (MCP_SKILL_RUN is malformed; skill_list's grantError says how)"
     if deployment.grant.grant_from == "hosted-default":
         return "no script may run (hosted, and no MCP_SKILL_RUN grant was supplied)"
-    runnable = sum(deployment.runnable(entry) for entries in deployment.effective.values() for entry in entries)
-    return f"{runnable} runnable script(s)"
+    return f"{_runnable_scripts(deployment)} runnable script(s)"
+
+
+def _runnable_scripts(deployment: Deployment) -> int:
+    return sum(deployment.runnable(entry) for entries in deployment.effective.values() for entry in entries)

@@ -146,3 +146,31 @@ def test_each_startup_lever_that_could_not_apply_warns_at_boot() -> None:
     with structlog.testing.capture_logs() as events:
         log_boot(get_logger(), deployment, [], ScrubResult("scrubbed", wiped_bytes=1), ["frozen-gc", "skipped-inits"])
     assert [event["lever"] for event in events if event["event"] == "startup.warning"] == ["frozen-gc", "skipped-inits"]
+
+
+ROOT_WARNING = (
+    "uid",
+    "the server runs as root, so its scripts do too, and root reads any process's memory and environment whatever "
+    "the server's non-dumpable flag; run the server as an unprivileged user (the appliance's fenced start does)",
+)
+SCRUBBED = ScrubResult("scrubbed", wiped_bytes=100)
+STANDALONE = {"PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": "/usr/bin/python3"}
+
+
+@pytest.mark.parametrize(
+    ("environ", "scrub", "as_root", "warns"),
+    [
+        (STANDALONE, SCRUBBED, True, True),
+        (STANDALONE, SCRUBBED, False, False),
+        ({**HOSTED, "MCP_SKILL_RUN": "[]"}, SCRUBBED, True, False),  # nothing may run, so root runs nothing
+        (HOSTED, FAILED, True, False),  # runs are blocked: the block is the warning that matters
+    ],
+    ids=["root-with-runnable-scripts", "unprivileged", "root-granting-nothing", "root-blocked"],
+)
+def test_a_root_server_whose_scripts_may_run_warns_that_they_run_as_root(environ, scrub, as_root, warns) -> None:
+    # Non-dumpable keeps out processes of the same uid only: root's scripts read the server regardless.
+    deployment = deployment_for(environ, scrub=scrub, non_dumpable=True)
+    with structlog.testing.capture_logs() as events:
+        log_boot(get_logger(), deployment, [], scrub, [], as_root=as_root)
+    uid_warnings = [(e["step"], e["problem"]) for e in events if e["event"] == "hardening.warning" and e["step"] == "uid"]
+    assert uid_warnings == ([ROOT_WARNING] if warns else [])

@@ -632,6 +632,21 @@ def test_the_ready_line_says_whether_any_script_may_run(tree, environ, may_run):
     assert ready.endswith(f" problem(s) {may_run}; waiting for an MCP client on stdin")
 
 
+@pytest.mark.parametrize("as_root", [True, False], ids=["root", "uid-10001"])
+def test_serving_as_root_warns_that_scripts_run_as_root(as_root):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root, and setpriv (util-linux) to drop to uid 10001")
+    drop = [] if as_root else ["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups"]
+    if subprocess.run([*drop, sys.executable, "-c", ""], capture_output=True, cwd="/").returncode != 0:
+        pytest.skip(f"uid 10001 cannot execute {sys.executable} (a per-user Python build)")
+    environ = clean_environ(PATH=f"{VENV_BIN}:{SYSTEM_PATH}", HOME="/nonexistent")  # the bundled demo
+    with running([*drop, *MODULE], environ, cwd="/") as client:
+        client.close_stdin()
+        assert client.wait() == 0, client.stderr_lines
+    steps = [event["step"] for event in client.log_events() if event["event"] == "hardening.warning"]
+    assert steps == (["uid"] if as_root else [])
+
+
 def test_an_unknown_log_setting_falls_back_with_a_warning(tree):
     # A PATH with no version manager's shims, whose own warning would depend on the machine.
     environ = clean_environ(SKILLS_DIR=str(tree), MCP_LOG_FORMAT="xml", MCP_LOG_LEVEL="loud", PATH=SYSTEM_PATH)
