@@ -357,7 +357,8 @@ _REJECTION_NOTES: dict[str, str] = {
     TOKEN_REUSED: "Nothing was run by this call: the token was already used, and one approval runs once.",
     TOKEN_EXPIRED: "Nothing was run: the token has expired. Call again without confirmToken for a fresh preview.",
     TOKEN_INVALID: "Nothing was run: the token is not valid for this call (it names another skill or script, was altered, or "
-    "comes from before the server restarted, which voids every token unless MCP_CONFIRM_SECRET is set). "
+    "comes from before the server restarted, which voids every token unless a stable key is set: MCP_CONFIRM_SECRET, or "
+    "MCP_HOST_CONFIRM_SECRET with an absolute MCP_DATA_DIR). "
     "Call again without confirmToken for a fresh preview.",
 }
 

@@ -111,7 +111,7 @@ def not_granted_advice(grant: GrantState) -> str:
             "{skill, script, env?} objects."
         )
     if grant.grant_from == "hosted-default":
-        return f"This hosted deployment was given no grant, so nothing may run; its owner grants scripts in {GRANT_VARIABLE}."
+        return f"This hosted deployment was given no grant; its owner grants scripts in {GRANT_VARIABLE}."
     return f"The deployment's grant, {GRANT_VARIABLE}, does not name it; only the deployment's owner can add it."
 
 

@@ -6,6 +6,7 @@ checks and talks to the MCP session.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import threading
@@ -542,6 +543,15 @@ def _check_arguments(args: tuple[str, ...]) -> None:
         raise Refused("bad-arguments", f"arguments total {total} bytes, over the {MAX_ARG_BYTES}-byte cap", hint)
 
 
+def _no_such_file(path: str) -> bool:
+    # Not os.path.lexists, which is False for a file the server may not reach too (EACCES): that is no missing file.
+    try:
+        os.lstat(path)
+    except OSError as error:
+        return error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+    return False
+
+
 def _hash_script(skill: Skill, script: str) -> tuple[str, str]:
     """The script's real path and the SHA-256 of its bytes, through the resolve check (§9.1 step 6)."""
     try:
@@ -552,7 +562,7 @@ def _hash_script(skill: Skill, script: str) -> tuple[str, str]:
             os.close(fd)
     except PathRefused as refused:
         never_there = all(entry.path != script for entry in skill.manifest)  # at boot, that is: see skill_load
-        if never_there and not os.path.lexists(os.path.join(skill.real_dir, script)):
+        if never_there and _no_such_file(os.path.join(skill.real_dir, script)):
             hint = (
                 "The skill declares it, but there is no such file in the skill (skill_list's problems report it as "
                 "declared-script-missing): only the skill's author can fix that."

@@ -88,14 +88,15 @@ def network_note(outcome: RunOutcome, egress_fenced: bool, proxy_set: bool) -> s
     return NETWORK_NOTE if failed and (egress_fenced or proxy_set) else None
 
 
-def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:
+def kill_process_group(pid: int, sig: int = signal.SIGKILL, deadline: float | None = None) -> bool:
     """Signal a script's whole process group, and every group a child made in the script's session with setpgid
-    (only setsid leaves the session); False when there was nothing to signal."""
+    (only setsid leaves the session); False when there was nothing to signal. `deadline` (monotonic) bounds the
+    sweep of what it left, by default `_SWEEP_BUDGET_S` from now."""
     signalled = _signal(os.killpg, pid, sig)
     if sig == signal.SIGKILL and adopting_orphans():
         # Whatever survives the group kill descends from a dead process, so it is the server's child by now, or
         # will be once its parent dies: the sweep of adopted children reaches it, no scan of /proc is needed.
-        return _kill_adopted(pid) or signalled
+        return _kill_adopted(pid, deadline) or signalled
     # A process forked while a pass runs is missed by it: passes repeat until one finds nobody left to kill.
     for _ in range(_SESSION_PASSES if sig == signal.SIGKILL else 1):
         members = _left_the_group(pid)
@@ -106,7 +107,7 @@ def kill_process_group(pid: int, sig: int = signal.SIGKILL) -> bool:
     return signalled
 
 
-def _kill_adopted(leader: int) -> bool:
+def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
     """Kill, and collect, what a script left running that the server adopted (as a subreaper or PID 1): every child
     that started after the script's leader, bar the leaders a Popen still owns, even one that left its session with
     setsid. A chain of processes that each move to a new group, fork and exit outruns a scan of /proc, but each
@@ -116,27 +117,42 @@ def _kill_adopted(leader: int) -> bool:
     if leader not in _LEADERS:
         return False  # collected already: what it left was swept as it exited
     born = _LEADERS[leader][0] if _sweep_floor is None else min(_LEADERS[leader][0], _sweep_floor)
-    deadline = time.monotonic() + _SWEEP_BUDGET_S
+    deadline = time.monotonic() + _SWEEP_BUDGET_S if deadline is None else deadline
+    # A child the server may not signal is another uid's (no_new_privs keeps a script's processes at its own):
+    # an operator's job under a PID 1 server, neither the script's to kill nor to wait for.
+    foreign: set[int] = set()
     signalled, quiet_passes, first_pass = False, 0, True
     while quiet_passes < _QUIET_PASSES:
         if time.monotonic() >= deadline:
             _sweep_floor = born  # the next sweep goes on from here
             return signalled
-        members = [(child, state) for child, state, start in _children() if child not in _LEADERS and start >= born]
-        if not members and first_pass:
+        members = [
+            (child, state) for child, state, start in _children()
+            if child not in _LEADERS and child not in foreign and start >= born
+        ]  # fmt: skip
+        killed = []
+        for child, state in members:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except PermissionError:
+                foreign.add(child)
+                continue
+            except ProcessLookupError:
+                continue  # collected meanwhile (the SIGCHLD handler)
+            killed.append(child)
+            signalled = signalled or state != b"Z"
+        if not killed and first_pass:
             break  # the script left nothing behind: the usual case, one pass
         first_pass = False
-        for child, state in members:
-            signalled = (_signal(os.kill, child, signal.SIGKILL) and state != b"Z") or signalled
         # Their descendants too, not adopted yet: a chain dies at once, not one link per pass.
-        for descendant in _descendants([child for child, _ in members]):
+        for descendant in _descendants(killed):
             signalled = _signal(os.kill, descendant, signal.SIGKILL) or signalled
-        for child, _ in members:
+        for child in killed:
             _collect_once_dead(child, deadline)
         # The children file can miss a child that is being reparented as it is read (proc(5)): only a few
         # passes in a row that find nothing say that nothing is left.
-        quiet_passes = 0 if members else quiet_passes + 1
-        if not members:
+        quiet_passes = 0 if killed else quiet_passes + 1
+        if not killed:
             time.sleep(_QUIET_PASS_GAP_S)
     _sweep_floor = None
     return signalled
@@ -159,15 +175,20 @@ def _collected(child: int) -> bool:
 def kill_for_exit(leader: int) -> None:
     """At the server's exit: kill a running script's group, and once its leader is dead (what it started in other
     sessions is adopted then), whatever it left; without this, those would outlive the server."""
-    kill_process_group(leader)
+    # One budget for all of it: the server must still exit within §5.1's 5 s.
+    deadline = time.monotonic() + _SWEEP_BUDGET_S
+    kill_process_group(leader, deadline=deadline)
     if not adopting_orphans():
         return
-    deadline = time.monotonic() + _EXIT_WAIT_S
+    leader_deadline = min(deadline, time.monotonic() + _EXIT_WAIT_S)
     with contextlib.suppress(ChildProcessError):  # collected already
         # WNOWAIT: the leader stays for its Popen to collect.
-        while os.waitid(os.P_PID, leader, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None and time.monotonic() < deadline:
+        while (
+            os.waitid(os.P_PID, leader, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            and time.monotonic() < leader_deadline
+        ):
             time.sleep(_DEATH_POLL_S)
-    _kill_adopted(leader)
+    _kill_adopted(leader, deadline)
 
 
 def _collect_zombies() -> None:

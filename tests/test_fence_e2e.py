@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,14 +156,17 @@ def sandbox() -> Path:
                 files={"background.py": BACKGROUND})
     write_skill(root / "skills", "fail", SKILL.replace("fence", "fail").replace("peek.py", "fail.py"),
                 files={"fail.py": "import sys\nsys.exit(3)\n"})
-    for name, script in (("chain", CHAIN), ("hold", HOLD)):
+    for name, script in (("chain", CHAIN), ("hold", HOLD), ("nap", "import time\ntime.sleep(1.5)\n")):
         write_skill(root / "skills", name, SKILL.replace("fence", name).replace("peek.py", f"{name}.py"),
                     files={f"{name}.py": script})
+    write_skill(root / "skills", "locked", SKILL.replace("fence", "locked").replace("peek.py", "private/peek.py"),
+                files={"private/peek.py": PEEK})
     site = root / "site"
     shutil.copytree(sysconfig.get_paths()["purelib"], site, ignore=shutil.ignore_patterns("__pycache__", "*.pth"))
     shutil.copytree(Path(REPO) / "skill_mcp", site / "skill_mcp", ignore=shutil.ignore_patterns("__pycache__"))
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+    (root / "skills" / "locked" / "private").chmod(0o700)  # root's: uid 10001 may not enter it
     yield root
     shutil.rmtree(root)
 
@@ -379,6 +383,50 @@ def test_the_server_as_pid_1_leaves_an_operators_background_job_alone(sandbox: P
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
     assert (result["exitCode"], alive, zombies) == (0, True, [])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, so that uid 10001 has a directory it may not enter")
+def test_a_declared_script_the_server_may_not_reach_is_not_said_to_be_missing(sandbox: Path) -> None:
+    with serving(sandbox) as server:
+        answer = server.request("tools/call", {"name": "skill_run", "arguments": {"name": "locked", "script": "private/peek.py"}})
+    (content,) = answer["result"]["content"]
+    assert content["text"] == (
+        '"private/peek.py" is not a file in this skill that the server can reach: Permission denied\n\n'
+        "Hint: The server's user must be allowed to enter every directory on the way to the file."
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nsenter"), reason="needs root, unshare and nsenter")
+def test_the_server_as_pid_1_neither_waits_for_nor_kills_a_job_it_may_not_signal(sandbox: Path) -> None:
+    # A root `docker exec` job orphaned during a run is adopted by the unprivileged PID 1, which cannot kill it: the
+    # sweep must not wait its budget out for it, nor go on to take a later job of the server's uid for the script's.
+    jobs: list[int] = []
+    try:
+        with serving(sandbox, launcher=("unshare", "--pid", "--fork", "--mount-proc")) as server:
+            (host_pid,) = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), server.process.pid, "python3")]
+
+            def operators_job(*drop: str) -> None:
+                subprocess.run(["nsenter", "-t", str(host_pid), "-p", "-m", *drop, "/bin/sh", "-c", "sleep 60 >/dev/null 2>&1 &"],
+                               capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
+                time.sleep(0.2)
+                jobs[:] = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), host_pid, "sleep")]
+
+            napping = threading.Thread(target=lambda: results.append(confirmed_run(server, {"name": "nap", "script": "nap.py"})))
+            results: list[dict] = []
+            napping.start()
+            time.sleep(0.7)  # the nap has started: the root job is younger than the script
+            operators_job()
+            napping.join()
+            operators_job("setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups")
+            results.append(confirmed_run(server, {"name": "fence", "script": "peek.py"}))
+            alive = [pid for pid in jobs if live_threads(pid)]
+    finally:
+        for pid in jobs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    nap, peek = results
+    assert (nap["exitCode"], peek["exitCode"], len(alive)) == (0, 0, 2)
+    assert nap["durationMs"] < 1500 + 1000 and peek["durationMs"] < 1000  # the budget is 2000 ms
 
 
 def is_child(pid: int, parent: int, comm: str) -> bool:

@@ -118,7 +118,7 @@ def test_a_refusal_for_a_script_left_out_says_why_and_who_can_grant_it():
         "run until it is fixed. The README gives its syntax: a JSON array of {skill, script, env?} objects."
     )
     assert not_granted_advice(resolve(MCP_SKILLS_PATH="/a")) == (
-        "This hosted deployment was given no grant, so nothing may run; its owner grants scripts in MCP_SKILL_RUN."
+        "This hosted deployment was given no grant; its owner grants scripts in MCP_SKILL_RUN."
     )
     assert not_granted_advice(resolve(SKILLS_DIR="/b", MCP_SKILL_RUN="[]")) == (
         "The deployment's grant, MCP_SKILL_RUN, does not name it; only the deployment's owner can add it."

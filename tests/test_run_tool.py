@@ -64,7 +64,8 @@ REJECTION_NOTES = {
     "TOKEN_REUSED": "Nothing was run by this call: the token was already used, and one approval runs once.",
     "TOKEN_EXPIRED": "Nothing was run: the token has expired. Call again without confirmToken for a fresh preview.",
     "TOKEN_INVALID": "Nothing was run: the token is not valid for this call (it names another skill or script, was altered, or "
-    "comes from before the server restarted, which voids every token unless MCP_CONFIRM_SECRET is set). "
+    "comes from before the server restarted, which voids every token unless a stable key is set: MCP_CONFIRM_SECRET, or "
+    "MCP_HOST_CONFIRM_SECRET with an absolute MCP_DATA_DIR). "
     "Call again without confirmToken for a fresh preview.",
 }
 MARK_GRANT = json.dumps([{"skill": "fence", "script": "scripts/mark.py"}])
@@ -560,7 +561,7 @@ async def test_hosted_default_grants_nothing(fence: Fence, era: str) -> None:
         '"scripts/mark.py" is declared by the skill "fence" but is not granted for this deployment, so it may not run'
         "\n\nHint: Nothing may run for this skill: a script needs both an mcp-host.run entry in SKILL.md AND "
         "acceptance by this deployment; skill_list shows which is missing. This hosted deployment was given no "
-        "grant, so nothing may run; its owner grants scripts in MCP_SKILL_RUN."
+        "grant; its owner grants scripts in MCP_SKILL_RUN."
     )
     assert error_text(plain) == expected
     assert error_text(asked) == expected
