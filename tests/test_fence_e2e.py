@@ -356,32 +356,47 @@ def test_what_a_script_orphans_is_collected_while_it_runs(sandbox: Path) -> None
     assert (result["exitCode"], result["stdout"]) == (0, "0\n"), result["stderr"]
 
 
+AS_PID_1 = ("unshare", "--pid", "--fork", "--mount-proc")
+UNPRIVILEGED = ("setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups")
+
+
+def namespace_init(server: LineClient) -> int:
+    """The host pid of the server as its PID namespace's PID 1 (unshare forks it; setpriv becomes the server)."""
+    (host_pid,) = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), server.process.pid, "python3")]
+    return host_pid
+
+
+def operators_jobs(init: int, command: str, *drop: str) -> list[int]:
+    """`docker exec`'s stand-in: enter the namespace, run `command` in a shell that leaves; the `sleep`s then
+    adopted by the server."""
+    subprocess.run(["nsenter", "-t", str(init), "-p", "-m", *drop, "/bin/sh", "-c", command],
+                   capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
+    time.sleep(0.3)
+    return [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), init, "sleep")]
+
+
+def kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nsenter"), reason="needs root, unshare and nsenter")
 def test_the_server_as_pid_1_leaves_an_operators_background_job_alone(sandbox: Path) -> None:
     # Without an init the server is PID 1, and every orphan in the container becomes its child: one of a
     # `docker exec` too. Such a job is no script's, and no run's end may kill it.
-    job: list[str] = []
+    job: list[int] = []
     try:
-        with serving(sandbox, launcher=("unshare", "--pid", "--fork", "--mount-proc")) as server:
-            # unshare forks the namespace's PID 1, which setpriv turns into the server
-            (host_pid,) = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), server.process.pid, "python3")]
-            drop = ["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups"]
-            subprocess.run(  # docker exec's stand-in: enter the namespace, background two jobs, leave
-                ["nsenter", "-t", str(host_pid), "-p", "-m", *drop, "/bin/sh", "-c",
-                 "sleep 60 >/dev/null 2>&1 & sleep 0.1 >/dev/null 2>&1 &"],
-                capture_output=True, text=True, timeout=10, check=True,
-            )
-            time.sleep(0.5)  # the short job has ended: the server collected it, before any run
-            zombies = [pid for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), host_pid, "sleep")
-                       and not live_threads(int(pid))]
-            job = [pid for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), host_pid, "sleep")]
+        with serving(sandbox, launcher=AS_PID_1) as server:
+            init = namespace_init(server)
+            # The short job has ended by the time this returns: the server collected it, before any run.
+            job = operators_jobs(init, "sleep 60 >/dev/null 2>&1 & sleep 0.1 >/dev/null 2>&1 &", *UNPRIVILEGED)
+            zombies = [pid for pid in job if not live_threads(pid)]
             result = confirmed_run(server, {"name": "fence", "script": "peek.py"})
             time.sleep(0.2)
-            alive = len(job) == 1 and live_threads(int(job[0])) != []
+            alive = len(job) == 1 and live_threads(job[0]) != []
     finally:
-        for pid in job:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+        kill_pids(job)
     assert (result["exitCode"], alive, zombies) == (0, True, [])
 
 
@@ -401,29 +416,20 @@ def test_the_server_as_pid_1_neither_waits_for_nor_kills_a_job_it_may_not_signal
     # A root `docker exec` job orphaned during a run is adopted by the unprivileged PID 1, which cannot kill it: the
     # sweep must not wait its budget out for it, nor go on to take a later job of the server's uid for the script's.
     jobs: list[int] = []
+    results: list[dict] = []
     try:
-        with serving(sandbox, launcher=("unshare", "--pid", "--fork", "--mount-proc")) as server:
-            (host_pid,) = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), server.process.pid, "python3")]
-
-            def operators_job(*drop: str) -> None:
-                subprocess.run(["nsenter", "-t", str(host_pid), "-p", "-m", *drop, "/bin/sh", "-c", "sleep 60 >/dev/null 2>&1 &"],
-                               capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
-                time.sleep(0.2)
-                jobs[:] = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), host_pid, "sleep")]
-
+        with serving(sandbox, launcher=AS_PID_1) as server:
+            init = namespace_init(server)
             napping = threading.Thread(target=lambda: results.append(confirmed_run(server, {"name": "nap", "script": "nap.py"})))
-            results: list[dict] = []
             napping.start()
             time.sleep(0.7)  # the nap has started: the root job is younger than the script
-            operators_job()
+            jobs = operators_jobs(init, "sleep 60 >/dev/null 2>&1 &")
             napping.join()
-            operators_job("setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups")
+            jobs = operators_jobs(init, "sleep 60 >/dev/null 2>&1 &", *UNPRIVILEGED)
             results.append(confirmed_run(server, {"name": "fence", "script": "peek.py"}))
             alive = [pid for pid in jobs if live_threads(pid)]
     finally:
-        for pid in jobs:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_pids(jobs)
     nap, peek = results
     assert (nap["exitCode"], peek["exitCode"], len(alive)) == (0, 0, 2)
     assert nap["durationMs"] < 1500 + 1000 and peek["durationMs"] < 1000  # the budget is 2000 ms
