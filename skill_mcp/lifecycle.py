@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -163,12 +163,15 @@ class _WatchedInput(_Watched):
     def __init__(self, stream: Any, unanswered: _Unanswered, on_end: Callable[[], None], refusals: _Refusals) -> None:
         super().__init__(stream, unanswered)
         self._on_end, self._refusals = on_end, refusals
+        self._failed_answers: deque[SessionMessage] = deque()
 
     def __aiter__(self) -> _WatchedInput:
         return self
 
     async def __anext__(self) -> Any:
         while True:
+            if self._failed_answers:
+                return self._failed_answers.popleft()
             try:
                 item = await self._stream.__anext__()
             except StopAsyncIteration:
@@ -180,9 +183,11 @@ class _WatchedInput(_Watched):
                 self._refusals.note_lost_id(item)
                 return item
             unreadable = self._refusals.refuse(item)
-            if unreadable.answer_to is not None:  # an answer to a request of ours: that request fails with it
-                error = types.ErrorData(code=unreadable.error.code, message=f"the client's answer: {unreadable.error.message}")
-                return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=unreadable.answer_to, error=error))
+            # An answer to a request of ours: that request fails with it.
+            error = types.ErrorData(code=unreadable.error.code, message=f"the client's answer: {unreadable.error.message}")
+            self._failed_answers.extend(
+                SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=answered, error=error)) for answered in unreadable.answers_to
+            )
 
 
 class _Refusals:
@@ -197,7 +202,7 @@ class _Refusals:
         get_logger().warning(
             "message.unreadable",
             requestIds=list(unreadable.request_ids),
-            answerTo=unreadable.answer_to,
+            answersTo=list(unreadable.answers_to),
             problem=unreadable.error.message,
         )
         for request_id in unreadable.request_ids:  # a client waiting on this id would otherwise wait forever
@@ -208,7 +213,7 @@ class _Refusals:
         """A request the SDK read as a notification, as it does one whose id is neither a string nor an integer, is
         logged: there is no id to answer it by."""
         if (problem := lost_request_id(getattr(item, "message", None))) is not None:
-            get_logger().warning("message.unreadable", requestIds=[], answerTo=None, problem=problem)
+            get_logger().warning("message.unreadable", requestIds=[], answersTo=[], problem=problem)
 
     async def _send(self, answer: types.JSONRPCError) -> None:
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session has ended

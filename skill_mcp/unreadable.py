@@ -20,11 +20,11 @@ from .text import encodes_as_utf8, quoted
 @dataclass(frozen=True, slots=True)
 class Unreadable:
     """A line the SDK's stdio reader refused: the JSON-RPC error that says why, and, where they can be read, the
-    ids of the client's requests it held (one, or a batch's), or of the server's request it answers."""
+    ids of the client's requests it held, and of the server's requests it answers (one, or a batch's)."""
 
     error: types.ErrorData
     request_ids: tuple[RequestId, ...] = ()
-    answer_to: RequestId | None = None
+    answers_to: tuple[RequestId, ...] = ()
 
 
 def unreadable_message(error: Exception) -> Unreadable:
@@ -59,7 +59,7 @@ def unreadable_message(error: Exception) -> Unreadable:
     if "method" in message:
         return Unreadable(refusal, request_ids=(message_id,))
     if "result" in message or "error" in message:
-        return Unreadable(refusal, answer_to=message_id)
+        return Unreadable(refusal, answers_to=(message_id,))
     return Unreadable(refusal)
 
 
@@ -84,9 +84,17 @@ _BATCH = types.ErrorData(
 
 
 def _refused_batch(messages: list[Any]) -> Unreadable:
-    """Each request in a batch is refused by its own id, so no client waits on one; nothing in it is run."""
-    ids = (_answerable_id(message) for message in messages if isinstance(message, dict) and "method" in message)
-    return Unreadable(_BATCH, request_ids=tuple(each for each in ids if each is not None))
+    """Each request in a batch is refused by its own id, and each request of the server's it answers fails, so
+    nobody waits on one; nothing in it is run or taken as an answer."""
+    objects = [message for message in messages if isinstance(message, dict)]
+    requests = [message for message in objects if "method" in message]
+    answers = [message for message in objects if "method" not in message and ("result" in message or "error" in message)]
+    return Unreadable(_BATCH, request_ids=_distinct_ids(requests), answers_to=_distinct_ids(answers))
+
+
+def _distinct_ids(messages: list[Any]) -> tuple[RequestId, ...]:
+    ids = (_answerable_id(message) for message in messages)
+    return tuple(dict.fromkeys(each for each in ids if each is not None))
 
 
 def _answerable_id(message: Any) -> RequestId | None:

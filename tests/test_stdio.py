@@ -230,12 +230,12 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
     unreadable = [event for event in client.log_events() if event["event"] == "message.unreadable"]
     expected_ids = [[41], ["42"], [43], [44], [], [], [], [45], [], [47], [48, "49"], []]
     assert [event["requestIds"] for event in unreadable] == expected_ids
-    assert [event["answerTo"] for event in unreadable] == [None] * 8 + [46, None, None, None]  # answering nothing pending
+    assert [event["answersTo"] for event in unreadable] == [[]] * 8 + [[46], [], [], []]  # answering nothing pending
     assert "no usable id" in unreadable[-1]["problem"]
     assert all(event["level"] == "warning" and event["problem"] for event in unreadable)
 
 
-@pytest.mark.parametrize("answer", [None, [], "yes"])
+@pytest.mark.parametrize("answer", [None, [], "yes", "accepted, in a batch"])
 def test_an_unreadable_answer_to_the_confirmation_question_is_a_failed_confirmation(root, answer):
     # The SDK cannot read an elicitation result that is not an object; it reaches the waiting question as the
     # client's error, so the call is answered "not confirmed" at once, not when the question expires (600 s).
@@ -249,7 +249,11 @@ def test_an_unreadable_answer_to_the_confirmation_question_is_a_failed_confirmat
         client.send_line(json.dumps(call).encode())
         question = client.next_message()
         assert question["method"] == "elicitation/create"
-        client.send_line(json.dumps({"jsonrpc": "2.0", "id": question["id"], "result": answer}).encode())
+        if answer == "accepted, in a batch":  # nothing in a batch is read, an acceptance neither
+            accepted = {"action": "accept", "content": {"confirmed": True}}
+            client.send_line(json.dumps([{"jsonrpc": "2.0", "id": question["id"], "result": accepted}]).encode())
+        else:
+            client.send_line(json.dumps({"jsonrpc": "2.0", "id": question["id"], "result": answer}).encode())
         started = time.monotonic()
         answered = client.next_message()
         assert time.monotonic() - started < 5
@@ -618,7 +622,7 @@ def test_log_level_error_silences_info_and_warning(tree):
     ("environ", "may_run"),
     [
         # the bundled demo's report.py, and report.js where node is found
-        ({"SKILLS_DIR": ""}, f"and {1 + bool(shutil.which('node'))} runnable script(s)"),
+        ({"SKILLS_DIR": "", "PATH": SYSTEM_PATH}, f"and {1 + bool(shutil.which('node', path=SYSTEM_PATH))} runnable script(s)"),
         ({"MCP_DATA_DIR": "/nonexistent"}, "and no script may run (hosted, and no MCP_SKILL_RUN grant was supplied)"),
         ({"MCP_SKILL_RUN": "{"}, "and no script may run (MCP_SKILL_RUN is malformed; skill_list's grantError says how)"),
     ],

@@ -40,7 +40,8 @@ def refused(line: str) -> Unreadable:
 def test_only_a_request_or_an_answer_whose_own_id_can_be_read_is_named(line, request_id, answer_to, code):
     unreadable = refused(line)
     request_ids = () if request_id is None else (request_id,)
-    assert (unreadable.request_ids, unreadable.answer_to, unreadable.error.code) == (request_ids, answer_to, code)
+    answers_to = () if answer_to is None else (answer_to,)
+    assert (unreadable.request_ids, unreadable.answers_to, unreadable.error.code) == (request_ids, answers_to, code)
     assert unreadable.error.message
 
 
@@ -61,11 +62,13 @@ def test_each_request_in_a_batch_is_refused_by_its_own_id():
     batch = (
         '[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/initialized"},'
         '{"jsonrpc":"2.0","id":"b","method":"ping"},{"jsonrpc":"2.0","id":2,"result":{}},'
-        '{"jsonrpc":"2.0","id":2.5,"method":"ping"},"text",{"jsonrpc":"2.0","id":"\\udc80","method":"ping"}]'
+        '{"jsonrpc":"2.0","id":2.5,"method":"ping"},"text",{"jsonrpc":"2.0","id":"\\udc80","method":"ping"},'
+        '{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"q","error":{"code":1,"message":"m"}}]'
     )
     unreadable = refused(batch)
-    # Only the requests: the notification, the answer and what is no message are not answered.
-    assert (unreadable.request_ids, unreadable.answer_to) == ((1, "b"), None)
+    # The requests are answered, once per id, and the answers to the server's requests fail them; the
+    # notification and what is no message are left alone.
+    assert (unreadable.request_ids, unreadable.answers_to) == ((1, "b"), (2, "q"))
     assert unreadable.error.code == types.INVALID_REQUEST
     assert "batch" in unreadable.error.message and "its own line" in unreadable.error.message
     assert refused('[{"jsonrpc":"2.0","id":1,"method":"ping"}]').error == unreadable.error
