@@ -28,7 +28,15 @@ from skill_mcp.limits import (
     SKILL_NAME_PATTERN,
 )
 from skill_mcp.model import Catalog, ManifestEntry, PathTally, Problem, Skill
-from skill_mcp.paths import PathRefused, SkillDir, is_within, open_directory_in_place, path_refusal, real_path
+from skill_mcp.paths import (
+    PathRefused,
+    SkillDir,
+    is_within,
+    open_directory_in_place,
+    path_refusal,
+    reach_error,
+    real_path,
+)
 from skill_mcp.text import encodable, os_error_text, quoted, quoted_path
 
 
@@ -255,7 +263,9 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     for run in declaration.runs:
         if run.script not in listed:
             detail = f"the skill declares {quoted_path(run.script)}, which is not a file in this skill"
-            if _passes_through_a_link(real_dir, run.script):
+            if (unreachable := reach_error(os.path.join(real_dir, run.script))) is not None:
+                detail += f" that the server's user can reach ({os_error_text(unreachable)}), so it never runs"
+            elif _passes_through_a_link(real_dir, run.script):
                 detail += (
                     "; its path passes through a symbolic link, and the manifest lists no link: a run still follows "
                     "it while it resolves inside the skill, and declaring the real file clears this problem"

@@ -26,6 +26,7 @@ from .unreadable import Unreadable, lost_request_id, unreadable_message
 ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
 EXIT_DEADLINE_SECONDS = 4.5
 SHUTDOWN_WAIT_SECONDS = 0.3  # the watchdog's wait for a shutdown under way: the exit still comes within 5 s
+IDS_LOGGED = 16  # of a batch's request ids, in its `message.unreadable` line
 STDERR_DRAIN_SECONDS = 0.1  # for the log lines not yet written, shutdown's among them, when exiting at once
 
 
@@ -199,12 +200,10 @@ class _Refusals:
 
     def refuse(self, error: Exception) -> Unreadable:
         unreadable = unreadable_message(error)
-        get_logger().warning(
-            "message.unreadable",
-            requestIds=list(unreadable.request_ids),
-            answersTo=list(unreadable.answers_to),
-            problem=unreadable.error.message,
-        )
+        ids = {"requestIds": list(unreadable.request_ids), "answersTo": list(unreadable.answers_to)}
+        if len(unreadable.request_ids) > IDS_LOGGED:  # a batch of many requests: its log line stays short
+            ids.update(requestIds=ids["requestIds"][:IDS_LOGGED], requestIdsNotLogged=len(unreadable.request_ids) - IDS_LOGGED)
+        get_logger().warning("message.unreadable", **ids, problem=unreadable.error.message)
         for request_id in unreadable.request_ids:  # a client waiting on this id would otherwise wait forever
             self._group.start_soon(self._send, types.JSONRPCError(jsonrpc="2.0", id=request_id, error=unreadable.error))
         return unreadable

@@ -18,6 +18,17 @@ PATH_HINT = (
     'no leading "/", no "." or ".." segment. Call skill_load to see the exact paths.'
 )
 
+_MISSING_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+
+
+def reach_error(path: str) -> OSError | None:
+    """What keeps the server's user from `path` (EACCES, say), which may be there; None when it is there, or missing."""
+    try:
+        os.lstat(path)
+    except OSError as error:
+        return None if error.errno in _MISSING_ERRNOS else error
+    return None
+
 
 def path_refusal(rel: object) -> str | None:
     """The §6.1 reason `rel` is refused, first matching rule wins; None when it is usable."""

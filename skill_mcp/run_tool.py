@@ -6,7 +6,6 @@ checks and talks to the MCP session.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import threading
@@ -28,7 +27,7 @@ from .hardening import ChildLimits
 from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES
 from .logs import get_logger
 from .model import RunEntry, Skill
-from .paths import PathRefused, SkillDir
+from .paths import PathRefused, SkillDir, reach_error
 from .runner import (
     RunOutcome,
     SpawnFailed,
@@ -543,15 +542,6 @@ def _check_arguments(args: tuple[str, ...]) -> None:
         raise Refused("bad-arguments", f"arguments total {total} bytes, over the {MAX_ARG_BYTES}-byte cap", hint)
 
 
-def _no_such_file(path: str) -> bool:
-    # Not os.path.lexists, which is False for a file the server may not reach too (EACCES): that is no missing file.
-    try:
-        os.lstat(path)
-    except OSError as error:
-        return error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
-    return False
-
-
 def _hash_script(skill: Skill, script: str) -> tuple[str, str]:
     """The script's real path and the SHA-256 of its bytes, through the resolve check (§9.1 step 6)."""
     try:
@@ -562,7 +552,8 @@ def _hash_script(skill: Skill, script: str) -> tuple[str, str]:
             os.close(fd)
     except PathRefused as refused:
         never_there = all(entry.path != script for entry in skill.manifest)  # at boot, that is: see skill_load
-        if never_there and _no_such_file(os.path.join(skill.real_dir, script)):
+        on_disk = os.path.join(skill.real_dir, script)
+        if never_there and not os.path.lexists(on_disk) and reach_error(on_disk) is None:
             hint = (
                 "The skill declares it, but there is no such file in the skill (skill_list's problems report it as "
                 "declared-script-missing): only the skill's author can fix that."

@@ -130,7 +130,7 @@ def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
             (child, state) for child, state, start in _children()
             if child not in _LEADERS and child not in foreign and start >= born
         ]  # fmt: skip
-        killed = []
+        killed, vanished = [], False
         for child, state in members:
             try:
                 os.kill(child, signal.SIGKILL)
@@ -138,10 +138,12 @@ def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
                 foreign.add(child)
                 continue
             except ProcessLookupError:
-                continue  # collected meanwhile (the SIGCHLD handler)
+                # Collected meanwhile (the SIGCHLD handler, from another thread): what it left is adopted now.
+                vanished = True
+                continue
             killed.append(child)
             signalled = signalled or state != b"Z"
-        if not killed and first_pass:
+        if not killed and not vanished and first_pass:
             break  # the script left nothing behind: the usual case, one pass
         first_pass = False
         # Their descendants too, not adopted yet: a chain dies at once, not one link per pass.
@@ -151,7 +153,7 @@ def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
             _collect_once_dead(child, deadline)
         # The children file can miss a child that is being reparented as it is read (proc(5)): only a few
         # passes in a row that find nothing say that nothing is left.
-        quiet_passes = 0 if killed else quiet_passes + 1
+        quiet_passes = 0 if killed or vanished else quiet_passes + 1
         if not killed:
             time.sleep(_QUIET_PASS_GAP_S)
     _sweep_floor = None

@@ -83,13 +83,18 @@ _BATCH = types.ErrorData(
 )
 
 
+# The server has few requests of its own outstanding (one confirmation question, runs one at a time): a batch
+# of more answers than this is no client's honest answer, and failing each would be work for nothing.
+_ANSWERS_READ = 16
+
+
 def _refused_batch(messages: list[Any]) -> Unreadable:
     """Each request in a batch is refused by its own id, and each request of the server's it answers fails, so
     nobody waits on one; nothing in it is run or taken as an answer."""
     objects = [message for message in messages if isinstance(message, dict)]
     requests = [message for message in objects if "method" in message]
     answers = [message for message in objects if "method" not in message and ("result" in message or "error" in message)]
-    return Unreadable(_BATCH, request_ids=_distinct_ids(requests), answers_to=_distinct_ids(answers))
+    return Unreadable(_BATCH, request_ids=_distinct_ids(requests), answers_to=_distinct_ids(answers)[:_ANSWERS_READ])
 
 
 def _distinct_ids(messages: list[Any]) -> tuple[RequestId, ...]:

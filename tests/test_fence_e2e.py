@@ -164,6 +164,11 @@ def sandbox() -> Path:
     site = root / "site"
     shutil.copytree(sysconfig.get_paths()["purelib"], site, ignore=shutil.ignore_patterns("__pycache__", "*.pth"))
     shutil.copytree(Path(REPO) / "skill_mcp", site / "skill_mcp", ignore=shutil.ignore_patterns("__pycache__"))
+    # A sweep that waits its budget out then stands out from any slowness of a loaded machine.
+    runner = site / "skill_mcp" / "runner.py"
+    source = runner.read_text()
+    assert "\n_SWEEP_BUDGET_S = 2.0 " in source
+    runner.write_text(source.replace("\n_SWEEP_BUDGET_S = 2.0 ", "\n_SWEEP_BUDGET_S = 10.0 "))
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     (root / "skills" / "locked" / "private").chmod(0o700)  # root's: uid 10001 may not enter it
@@ -371,7 +376,7 @@ def operators_jobs(init: int, command: str, *drop: str) -> list[int]:
     adopted by the server."""
     subprocess.run(["nsenter", "-t", str(init), "-p", "-m", *drop, "/bin/sh", "-c", command],
                    capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
-    time.sleep(0.3)
+    time.sleep(0.5)
     return [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and is_child(int(pid), init, "sleep")]
 
 
@@ -404,11 +409,16 @@ def test_the_server_as_pid_1_leaves_an_operators_background_job_alone(sandbox: P
 def test_a_declared_script_the_server_may_not_reach_is_not_said_to_be_missing(sandbox: Path) -> None:
     with serving(sandbox) as server:
         answer = server.request("tools/call", {"name": "skill_run", "arguments": {"name": "locked", "script": "private/peek.py"}})
+        listing = tool_payload(server.request("tools/call", {"name": "skill_list", "arguments": {}}))
     (content,) = answer["result"]["content"]
     assert content["text"] == (
         '"private/peek.py" is not a file in this skill that the server can reach: Permission denied\n\n'
         "Hint: The server's user must be allowed to enter every directory on the way to the file."
     )
+    assert [problem["detail"] for problem in listing["problems"] if problem["path"].endswith("/locked")] == [
+        'the skill declares "private/peek.py", which is not a file in this skill that the server\'s user can reach '
+        "(Permission denied), so it never runs"
+    ]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nsenter"), reason="needs root, unshare and nsenter")
@@ -422,7 +432,9 @@ def test_the_server_as_pid_1_neither_waits_for_nor_kills_a_job_it_may_not_signal
             init = namespace_init(server)
             napping = threading.Thread(target=lambda: results.append(confirmed_run(server, {"name": "nap", "script": "nap.py"})))
             napping.start()
-            time.sleep(0.7)  # the nap has started: the root job is younger than the script
+            deadline = time.monotonic() + 10
+            while not running_scripts("nap.py") and time.monotonic() < deadline:
+                time.sleep(0.02)  # until the nap has started: the root job is younger than the script
             jobs = operators_jobs(init, "sleep 60 >/dev/null 2>&1 &")
             napping.join()
             jobs = operators_jobs(init, "sleep 60 >/dev/null 2>&1 &", *UNPRIVILEGED)
@@ -432,7 +444,7 @@ def test_the_server_as_pid_1_neither_waits_for_nor_kills_a_job_it_may_not_signal
         kill_pids(jobs)
     nap, peek = results
     assert (nap["exitCode"], peek["exitCode"], len(alive)) == (0, 0, 2)
-    assert nap["durationMs"] < 1500 + 1000 and peek["durationMs"] < 1000  # the budget is 2000 ms
+    assert nap["durationMs"] < 1500 + 5000 and peek["durationMs"] < 5000  # the sandbox's sweep budget is 10 s
 
 
 def is_child(pid: int, parent: int, comm: str) -> bool:

@@ -801,3 +801,12 @@ async def test_a_cancelled_runs_late_exit_leaves_the_next_run_alone(tmp_path: Pa
     argv = [INTERPRETER_PATHS["python3"], "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"]
     result = await run_process(argv, str(tmp_path), {}, 10000, ChildLimits())
     assert (result.exit_code, result.signal) == (3, None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="adopting orphans (a subreaper) is Linux-only")
+def test_a_child_collected_between_the_sweeps_listing_and_its_kill_does_not_end_the_sweep() -> None:
+    # Without pidfds the SIGCHLD handler collects on the loop while the sweep runs on a waiter thread: a process
+    # collected in between has handed its daemon to the server, and the sweep must go on to find it.
+    race = Path(__file__).parent / "fixtures" / "sweep_race.py"
+    completed = subprocess.run([sys.executable, str(race)], capture_output=True, text=True, timeout=30, check=True)
+    assert json.loads(completed.stdout) == {"daemonSurvived": False}

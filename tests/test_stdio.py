@@ -235,6 +235,20 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
     assert all(event["level"] == "warning" and event["problem"] for event in unreadable)
 
 
+def test_every_request_of_a_large_batch_is_answered_and_its_log_line_stays_short(tree):
+    batch = [{"jsonrpc": "2.0", "id": f"b{n}", "method": "ping"} for n in range(40)]
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        legacy_handshake(client)
+        client.send_line(json.dumps(batch).encode())
+        assert client.request("ping")["result"] == {}
+        client.close_stdin()
+        assert client.wait() == 0
+    answered = [answer["id"] for answer in map(json.loads, client.stdout_lines) if "error" in answer]
+    (logged,) = [event for event in client.log_events() if event["event"] == "message.unreadable"]
+    assert sorted(answered) == sorted(f"b{n}" for n in range(40))
+    assert (logged["requestIds"], logged["requestIdsNotLogged"]) == ([f"b{n}" for n in range(16)], 24)
+
+
 @pytest.mark.parametrize("answer", [None, [], "yes", "accepted, in a batch"])
 def test_an_unreadable_answer_to_the_confirmation_question_is_a_failed_confirmation(root, answer):
     # The SDK cannot read an elicitation result that is not an object; it reaches the waiting question as the
@@ -641,8 +655,8 @@ def test_serving_as_root_warns_that_scripts_run_as_root(as_root):
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root, and setpriv (util-linux) to drop to uid 10001")
     drop = [] if as_root else ["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups"]
-    if subprocess.run([*drop, sys.executable, "-c", ""], capture_output=True, cwd="/").returncode != 0:
-        pytest.skip(f"uid 10001 cannot execute {sys.executable} (a per-user Python build)")
+    if subprocess.run([*drop, sys.executable, "-c", "import skill_mcp"], capture_output=True, cwd="/").returncode != 0:
+        pytest.skip(f"uid 10001 cannot run this checkout's skill_mcp on {sys.executable}")
     environ = clean_environ(PATH=f"{VENV_BIN}:{SYSTEM_PATH}", HOME="/nonexistent")  # the bundled demo
     with running([*drop, *MODULE], environ, cwd="/") as client:
         client.close_stdin()

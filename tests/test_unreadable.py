@@ -89,3 +89,9 @@ def test_a_notification_is_not_a_lost_request():
     notification = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/initialized")
     assert lost_request_id(notification) is None
     assert lost_request_id(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")) is None
+
+
+def test_a_batch_fails_at_most_16_requests_of_the_servers():
+    # The server has one question out at a time: more answers than that are no honest client's.
+    answers = ",".join(f'{{"jsonrpc":"2.0","id":{n},"result":{{}}}}' for n in range(40))
+    assert refused(f"[{answers}]").answers_to == tuple(range(16))
