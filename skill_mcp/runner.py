@@ -138,8 +138,9 @@ def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
                 foreign.add(child)
                 continue
             except ProcessLookupError:
-                # Collected meanwhile (the SIGCHLD handler, from another thread): what it left is adopted now.
-                vanished = True
+                # Collected meanwhile (the SIGCHLD handler, from another thread): what it left is adopted now. A
+                # pid /proc still shows is no such child: that /proc is another PID namespace's.
+                vanished = vanished or _stat_fields(child) is None
                 continue
             killed.append(child)
             signalled = signalled or state != b"Z"

@@ -435,6 +435,7 @@ def test_the_server_as_pid_1_neither_waits_for_nor_kills_a_job_it_may_not_signal
             deadline = time.monotonic() + 10
             while not running_scripts("nap.py") and time.monotonic() < deadline:
                 time.sleep(0.02)  # until the nap has started: the root job is younger than the script
+            assert running_scripts("nap.py"), "the nap did not start within 10 s"
             jobs = operators_jobs(init, "sleep 60 >/dev/null 2>&1 &")
             napping.join()
             jobs = operators_jobs(init, "sleep 60 >/dev/null 2>&1 &", *UNPRIVILEGED)

@@ -374,6 +374,16 @@ def test_the_server_as_pid_1_reaps_what_a_script_left_behind(sandbox: Path) -> N
 
 
 @linux_only
+@needs_root
+def test_a_server_whose_proc_is_another_pid_namespaces_ends_each_run_at_once(sandbox: Path) -> None:
+    # PID 1 of a namespace of its own, with the host's /proc: the children it lists are host pids, which are no
+    # processes to it; a sweep taking them for children collected meanwhile would spin out its 2 s every run.
+    host_proc = ("unshare", "--pid", "--fork", *UNPRIVILEGED)
+    report = drive(sandbox, "adopt,twice", "python3", "exit3.py", launcher=host_proc)
+    assert [run["durationMs"] < 1000 for run in report["runs"]] == [True, True]
+
+
+@linux_only
 def test_what_a_sweep_out_of_time_left_is_killed_at_the_next_runs_end(sandbox: Path) -> None:
     # The leftovers are older than the next script; the next sweep still goes back to them.
     report = drive(sandbox, "adopt,twice,short-sweep", "python3", "detached_holder.py")
