@@ -270,6 +270,11 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
                     "; its path passes through a symbolic link, and the manifest lists no link: a run still follows "
                     "it while it resolves inside the skill, and declaring the real file clears this problem"
                 )
+            elif _found_past_an_unlisted_directory(walk, real_dir, run.script):
+                detail += (
+                    "; the file is there, but the server's user may not list a directory on its path, so the "
+                    "manifest lacks it: a run still finds it"
+                )
             refuse("declared-script-missing", detail)
     return Skill(
         name=name,
@@ -295,6 +300,16 @@ def _passes_through_a_link(real_dir: str, rel: str) -> bool:
         if os.path.islink(path):
             return True
     return False
+
+
+def _found_past_an_unlisted_directory(walk: _ManifestWalk, real_dir: str, rel: str) -> bool:
+    """Whether `rel` is a regular file that the walk, stopped by no cap, missed for a directory it could not list."""
+    if walk.hit_limit or not walk.unlisted_dirs.count:
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(os.path.join(real_dir, rel)).st_mode)
+    except OSError:
+        return False
 
 
 def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedRead | None:

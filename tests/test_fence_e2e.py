@@ -159,8 +159,9 @@ def sandbox() -> Path:
     for name, script in (("chain", CHAIN), ("hold", HOLD), ("nap", "import time\ntime.sleep(1.5)\n")):
         write_skill(root / "skills", name, SKILL.replace("fence", name).replace("peek.py", f"{name}.py"),
                     files={f"{name}.py": script})
-    write_skill(root / "skills", "locked", SKILL.replace("fence", "locked").replace("peek.py", "private/peek.py"),
-                files={"private/peek.py": PEEK})
+    for name in ("locked", "unlisted"):
+        write_skill(root / "skills", name, SKILL.replace("fence", name).replace("peek.py", "private/peek.py"),
+                    files={"private/peek.py": PEEK})
     site = root / "site"
     shutil.copytree(sysconfig.get_paths()["purelib"], site, ignore=shutil.ignore_patterns("__pycache__", "*.pth"))
     shutil.copytree(Path(REPO) / "skill_mcp", site / "skill_mcp", ignore=shutil.ignore_patterns("__pycache__"))
@@ -172,6 +173,7 @@ def sandbox() -> Path:
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     (root / "skills" / "locked" / "private").chmod(0o700)  # root's: uid 10001 may not enter it
+    (root / "skills" / "unlisted" / "private").chmod(0o711)  # uid 10001 may enter it, not list it
     yield root
     shutil.rmtree(root)
 
@@ -419,6 +421,18 @@ def test_a_declared_script_the_server_may_not_reach_is_not_said_to_be_missing(sa
         'the skill declares "private/peek.py", which is not a file in this skill that the server\'s user can reach '
         "(Permission denied), so it never runs"
     ]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, so that uid 10001 has a directory it may not list")
+def test_a_declared_script_in_a_directory_the_server_may_not_list_is_said_to_be_there_and_runs(sandbox: Path) -> None:
+    with serving(sandbox) as server:
+        listing = tool_payload(server.request("tools/call", {"name": "skill_list", "arguments": {}}))
+        result = confirmed_run(server, {"name": "unlisted", "script": "private/peek.py"})
+    assert [problem["detail"] for problem in listing["problems"] if problem["path"].endswith("/unlisted")] == [
+        'the skill declares "private/peek.py", which is not a file in this skill; the file is there, but the '
+        "server's user may not list a directory on its path, so the manifest lacks it: a run still finds it"
+    ]
+    assert result["exitCode"] == 0, result["stderr"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nsenter"), reason="needs root, unshare and nsenter")
