@@ -184,11 +184,12 @@ class _WatchedInput(_Watched):
                 self._refusals.note_lost_id(item)
                 return item
             unreadable = self._refusals.refuse(item)
-            # An answer to a request of ours: that request fails with it.
-            error = types.ErrorData(code=unreadable.error.code, message=f"the client's answer: {unreadable.error.message}")
-            self._failed_answers.extend(
-                SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=answered, error=error)) for answered in unreadable.answers_to
-            )
+            if unreadable.answers_to:  # answers to requests of ours: each of those requests fails with it
+                error = types.ErrorData(code=unreadable.error.code, message=f"the client's answer: {unreadable.error.message}")
+                self._failed_answers.extend(
+                    SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=answered, error=error))
+                    for answered in unreadable.answers_to
+                )
 
 
 class _Refusals:

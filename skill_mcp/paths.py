@@ -21,13 +21,24 @@ PATH_HINT = (
 _MISSING_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 
 
-def reach_error(path: str) -> OSError | None:
-    """What keeps the server's user from `path` (EACCES, say), which may be there; None when it is there, or missing."""
+def _lstat_error(path: str) -> OSError | None:
     try:
         os.lstat(path)
     except OSError as error:
-        return None if error.errno in _MISSING_ERRNOS else error
+        return error
     return None
+
+
+def is_missing(path: str) -> bool:
+    """Whether nothing is at `path` (not os.path.lexists: that is False too for a path the server may not reach)."""
+    error = _lstat_error(path)
+    return error is not None and error.errno in _MISSING_ERRNOS
+
+
+def reach_error(path: str) -> OSError | None:
+    """What keeps the server's user from `path` (EACCES, say), which may be there; None when it is there, or missing."""
+    error = _lstat_error(path)
+    return None if error is None or error.errno in _MISSING_ERRNOS else error
 
 
 def path_refusal(rel: object) -> str | None:

@@ -27,7 +27,7 @@ from .hardening import ChildLimits
 from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES
 from .logs import get_logger
 from .model import RunEntry, Skill
-from .paths import PathRefused, SkillDir, reach_error
+from .paths import PathRefused, SkillDir, is_missing
 from .runner import (
     RunOutcome,
     SpawnFailed,
@@ -552,8 +552,7 @@ def _hash_script(skill: Skill, script: str) -> tuple[str, str]:
             os.close(fd)
     except PathRefused as refused:
         never_there = all(entry.path != script for entry in skill.manifest)  # at boot, that is: see skill_load
-        on_disk = os.path.join(skill.real_dir, script)
-        if never_there and not os.path.lexists(on_disk) and reach_error(on_disk) is None:
+        if never_there and is_missing(os.path.join(skill.real_dir, script)):
             hint = (
                 "The skill declares it, but there is no such file in the skill (skill_list's problems report it as "
                 "declared-script-missing): only the skill's author can fix that."
