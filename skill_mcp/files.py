@@ -60,13 +60,12 @@ def _chunks(fd: int, limit: int):
 def read_capped_fd(fd: int, max_bytes: int, status: os.stat_result) -> CappedRead:
     """§6.3's bounded read, of a descriptor `SkillDir.open` checked (`status` is its own): at most `max_bytes`,
     `truncated` when there was more, and `size` never below what was read. The caller closes it."""
-    buffer = bytearray()
-    for chunk in _chunks(fd, max_bytes + 1):  # one byte past the cap is enough to know it was truncated
-        buffer += chunk
-    bytes_read = len(buffer)
-    del buffer[max_bytes:]
-    # st_size can understate (procfs reports 0), so never report less than was read.
-    return CappedRead(data=bytes(buffer), size=max(status.st_size, bytes_read), truncated=bytes_read > max_bytes)
+    limit = max_bytes + 1  # one byte past the cap is enough to know it was truncated
+    # Sized by st_size, a regular file comes in one read; more chunks follow only when st_size understates (procfs
+    # reports 0) or the file grew.
+    first = os.read(fd, min(limit, max(status.st_size + 1, _CHUNK_BYTES)))
+    data = first + b"".join(_chunks(fd, limit - len(first))) if first else first
+    return CappedRead(data=data[:max_bytes], size=max(status.st_size, len(data)), truncated=len(data) > max_bytes)
 
 
 class FileTooLarge(OSError):

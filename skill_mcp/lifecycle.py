@@ -21,6 +21,7 @@ from mcp_types import RequestId
 
 from .logs import get_logger
 from .stderr import drain_stderr
+from .transport import stdio_transport
 from .unreadable import Unreadable, lost_request_id, unreadable_message
 
 ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
@@ -40,8 +41,6 @@ async def serve_stdio(
     §5.1's 5 s. `on_listening` runs once signals are handled here; `on_input_end` runs when the last message has
     been read, before the requests read are answered (_Unanswered) and the SDK cancels the calls still in flight;
     `on_shutdown(reason)` runs once, at the end."""
-    from mcp.server.stdio import stdio_server
-
     shutdown = _Shutdown(on_shutdown)
 
     def exit_now(reason: str) -> None:
@@ -52,8 +51,8 @@ async def serve_stdio(
 
     def input_ended() -> None:
         on_input_end()
-        # The SDK writes stdout from a worker thread that no cancellation reaches: a client that stopped reading
-        # would hold the exit forever, so it is forced at the deadline.
+        # Answers are written by a thread that no cancellation reaches: a client that stopped reading would hold
+        # the exit forever, so it is forced at the deadline.
         watchdog = threading.Timer(EXIT_DEADLINE_SECONDS, exit_now, ("eof",))
         watchdog.daemon = True
         watchdog.start()
@@ -64,12 +63,12 @@ async def serve_stdio(
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
                 task_status.started()
                 async for _ in signals:
-                    exit_now("signal")  # the SDK reads stdin in a worker thread, so exit rather than cancel
+                    exit_now("signal")  # stdin is read by a thread blocked in read(), so exit rather than cancel
 
         await group.start(watch_signals)
         on_listening()
         try:
-            async with stdio_server() as (read_stream, write_stream):
+            async with stdio_transport() as (read_stream, write_stream):
                 unanswered = _Unanswered()
                 messages = _WatchedInput(read_stream, unanswered, input_ended, _Refusals(write_stream, group))
                 answers = _WatchedOutput(write_stream, unanswered)

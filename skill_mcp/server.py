@@ -197,8 +197,8 @@ def _register_skills_extension(
     """Declare the Skills extension (the SDK carries it on 2026-07-28 only) and answer its methods on both eras;
     `answer(method, compute)` applies the error convention: bad input -32602, anything else -32603."""
 
-    # Their own few worker threads: on anyio's shared pool, 40 answers hashing at once would leave the SDK none
-    # to read stdin or write stdout with, and the server would stop answering (and exit late at EOF).
+    # Their own few worker threads: at most EXTENSION_WORKERS answers hash at once, however many are asked for,
+    # and anyio's shared pool of 40 stays free for the SDK.
     workers = anyio.CapacityLimiter(EXTENSION_WORKERS)
 
     def handler(method: str, compute: Callable[[Any], dict[str, Any]]) -> Any:

@@ -1,0 +1,175 @@
+"""The files under the SDK's stdio transport (SPEC §5.1): a reader and a writer thread of their own.
+
+The SDK's `stdio_server` reads and writes its own files through anyio's worker threads, three round trips per
+request (read a line, write the answer, flush it): a third of a warm call's time (bench/). Given these files
+instead, it pays one wake-up each way, and it still reads, validates and dumps every message as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import queue
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+
+WRITE_AHEAD_BYTES = 4 * 1024 * 1024  # answers queued for a client that is slow to read, before the server waits
+_END = object()
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(wire_in: int = 0, wire_out: int = 1) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's stdio_server over `wire_in` and `wire_out`, whose numbers read /dev/null and write to stderr
+    while it serves, as the SDK's own claim does: nothing else in the process reads the client's messages or
+    writes on the protocol stream. A client that closes its end of stdout ends it with BrokenPipeError."""
+    from mcp.server.stdio import stdio_server
+
+    with _claimed(wire_in, _null_input) as reading, _claimed(wire_out, _stderr_output) as writing:
+        writer = _LineWriter(writing)
+        async with anyio.create_task_group() as group:
+            group.start_soon(writer.fail_when_broken)
+            async with stdio_server(stdin=_LineReader(reading), stdout=writer) as streams:  # type: ignore[arg-type]
+                yield streams
+            await writer.written(0)
+            group.cancel_scope.cancel()
+
+
+@contextlib.contextmanager
+def _claimed(fd: int, diversion: Any) -> Iterator[int]:
+    """A private duplicate of `fd`, which meanwhile points where `diversion()` opens, and is restored after."""
+    private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    replacement = diversion()
+    os.dup2(replacement, fd)
+    if replacement != fd:
+        os.close(replacement)
+    try:
+        yield private
+    finally:
+        with contextlib.suppress(Exception):  # stray prints buffered meanwhile stay off the wire
+            sys.stdout.flush()
+        os.dup2(private, fd)  # `private` stays open: a thread may still be blocked on it
+
+
+def _null_input() -> int:
+    return os.open(os.devnull, os.O_RDONLY)
+
+
+def _stderr_output() -> int:
+    try:
+        return os.dup(2)
+    except OSError:  # no stderr: stray output goes nowhere
+        return os.open(os.devnull, os.O_WRONLY)
+
+
+class _LineReader:
+    """The wire's lines, decoded as the SDK's own file does (UTF-8, bad bytes replaced), read on a thread of its
+    own at most one line ahead of the server."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def __aiter__(self) -> _LineReader:
+        self._loop = asyncio.get_running_loop()  # anyio.run's default backend
+        self._lines: asyncio.Queue[Any] = asyncio.Queue()
+        self._taken = threading.Semaphore(0)
+        threading.Thread(target=self._read, name="skill-mcp stdin", daemon=True).start()
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._lines.get()
+        if line is _END:
+            raise StopAsyncIteration
+        if isinstance(line, OSError):
+            raise line
+        self._taken.release()
+        return line
+
+    def _read(self) -> None:
+        try:
+            with os.fdopen(self._fd, "rb", closefd=False) as wire:
+                for line in wire:
+                    self._hand(line.decode("utf-8", errors="replace"))
+                    self._taken.acquire()
+            self._hand(_END)
+        except OSError as error:
+            with contextlib.suppress(RuntimeError):
+                self._hand(error)
+        except RuntimeError:  # the event loop has closed: the server is gone
+            pass
+
+    def _hand(self, item: Any) -> None:
+        self._loop.call_soon_threadsafe(self._lines.put_nowait, item)
+
+
+class _LineWriter:
+    """Answers written in order by a thread of their own; the server waits only when more than WRITE_AHEAD_BYTES
+    wait for a client that is not reading."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._loop = asyncio.get_running_loop()
+        self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._pending = 0  # bytes queued and not yet written; under _lock
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (pending bytes awaited, future); under _lock
+        self._broken: asyncio.Future[None] = self._loop.create_future()
+        threading.Thread(target=self._write, name="skill-mcp stdout", daemon=True).start()
+
+    async def write(self, text: str) -> None:
+        data = text.encode()
+        with self._lock:
+            self._pending += len(data)
+        self._chunks.put(data)
+
+    async def flush(self) -> None:
+        await self.written(WRITE_AHEAD_BYTES)
+
+    async def written(self, at_most: int) -> None:
+        """Returns once at most `at_most` bytes wait to be written; raises the writer's error if it failed."""
+        with self._lock:
+            if self._pending <= at_most or self._broken.done():
+                waiter = None
+            else:
+                waiter = self._loop.create_future()
+                self._waiters.append((at_most, waiter))
+        if waiter is not None:
+            await asyncio.wait([waiter, self._broken], return_when=asyncio.FIRST_COMPLETED)
+        if self._broken.done():
+            self._broken.result()
+
+    async def fail_when_broken(self) -> None:
+        await asyncio.shield(self._broken)
+
+    def _write(self) -> None:
+        try:
+            while True:
+                data = memoryview(self._chunks.get())
+                size = len(data)
+                while data:
+                    data = data[os.write(self._fd, data) :]
+                with self._lock:
+                    self._pending -= size
+                    ready = [waiter for at_most, waiter in self._waiters if self._pending <= at_most]
+                    self._waiters = [each for each in self._waiters if each[1] not in ready]
+                for waiter in ready:
+                    self._loop.call_soon_threadsafe(_settle, waiter, None)
+        except OSError as error:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(_settle, self._broken, error)
+        except RuntimeError:  # the event loop has closed: the server is gone
+            pass
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)

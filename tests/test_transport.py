@@ -1,0 +1,140 @@
+"""The files under the SDK's stdio transport (skill_mcp/transport.py), over real pipes and real descriptors.
+
+The SDK must read and write through them (its own files would read this process's stdin), the server must
+wait for a client that stops reading, and a client that closes its end must end the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.message import SessionMessage
+
+from skill_mcp.transport import WRITE_AHEAD_BYTES, stdio_transport
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def answer(request_id: int, text: str = "") -> SessionMessage:
+    return SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result={"text": text}))
+
+
+@contextmanager
+def collected(fd: int, lines: int) -> Iterator[bytearray]:
+    """The first `lines` lines read from `fd`, read on a thread meanwhile (the transport keeps its end open)."""
+    received = bytearray()
+
+    def read() -> None:
+        while received.count(b"\n") < lines and (chunk := os.read(fd, 1 << 16)):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        yield received
+    finally:
+        reader.join(10)
+
+
+async def test_the_sdk_reads_and_writes_the_given_pipes_through_the_transports_threads() -> None:
+    wire_in, client_out = os.pipe()
+    client_in, wire_out = os.pipe()
+    os.write(client_out, b'{"jsonrpc":"2.0","method":"notifications/initialized"}\r\n')
+    os.write(client_out, b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"k":"\xff"}}}\n')
+    os.write(client_out, b"not json\n")
+    os.close(client_out)
+    async with stdio_transport(wire_in, wire_out) as (read_stream, write_stream):
+        items = [await read_stream.receive()]
+        assert {"skill-mcp stdin", "skill-mcp stdout"} <= {thread.name for thread in threading.enumerate()}
+        items += [item async for item in read_stream]
+        await write_stream.send(answer(1, "é"))
+        await write_stream.aclose()
+    assert [type(item.message).__name__ for item in items[:2]] == ["JSONRPCNotification", "JSONRPCRequest"]
+    assert items[1].message.params["_meta"] == {"k": "\ufffd"}  # bad UTF-8 replaced, as the SDK's own file does
+    assert isinstance(items[2], Exception) and len(items) == 3
+    assert json.loads(os.read(client_in, 1 << 16)) == {"jsonrpc": "2.0", "id": 1, "result": {"text": "é"}}
+
+
+async def test_the_server_waits_for_a_client_that_stops_reading_and_goes_on_when_it_reads() -> None:
+    wire_in, client_out = os.pipe()
+    client_in, wire_out = os.pipe()
+    chunk = "x" * (1 << 20)
+    async with stdio_transport(wire_in, wire_out) as (_, write_stream):
+        sent = 0
+        with anyio.move_on_after(2):
+            while True:
+                await write_stream.send(answer(sent, chunk))
+                sent += 1
+        # Nothing reads: the server stopped once the write-ahead was full, not before and not much after.
+        assert WRITE_AHEAD_BYTES <= sent * len(chunk) <= WRITE_AHEAD_BYTES + 2 * len(chunk)
+        with collected(client_in, sent + 1) as received:
+            await write_stream.send(answer(sent, "last"))
+            await write_stream.aclose()
+            os.close(client_out)
+    # Every answer queued before the transport closed was written, in order.
+    lines = bytes(received).splitlines()
+    assert [json.loads(line)["id"] for line in lines] == list(range(sent + 1))
+
+
+async def test_a_client_that_closes_its_end_of_stdout_ends_the_session_with_broken_pipe() -> None:
+    wire_in, client_out = os.pipe()
+    client_in, wire_out = os.pipe()
+    os.close(client_in)
+    os.close(client_out)  # the end of input ends nothing here: only the broken pipe may end the wait below
+    started = time.monotonic()
+    with pytest.raises(BaseExceptionGroup) as ended:
+        async with stdio_transport(wire_in, wire_out) as (_, write_stream):
+            await write_stream.send(answer(1))
+            await anyio.sleep(10)  # the broken pipe cancels this wait; no later write is needed to notice it
+            await write_stream.aclose()
+    assert ended.group_contains(BrokenPipeError)
+    assert time.monotonic() - started < 5
+
+
+# The process's own stdin and stdout: while serving, fd 0 reads /dev/null and fd 1 writes to stderr.
+CLAIM_PROBE = """
+import os, anyio
+from skill_mcp.transport import stdio_transport
+
+async def main():
+    async with stdio_transport() as (read_stream, write_stream):
+        os.write(1, b"stray\\n")
+        seen = {"fd0": os.read(0, 10).decode()}
+        async for item in read_stream:
+            seen["method"] = item.message.method
+            break
+        await write_stream.send(item.__class__(item.message.__class__(jsonrpc="2.0", method="notifications/echo")))
+        await write_stream.aclose()
+    os.write(1, (str(seen) + "\\n").encode())
+
+anyio.run(main)
+"""
+
+
+def test_stdin_and_stdout_read_null_and_write_to_stderr_while_serving_and_come_back_after() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", CLAIM_PROBE],
+        input=b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n',
+        capture_output=True,
+        timeout=30,
+        check=True,
+    )
+    lines = finished.stdout.decode().splitlines()
+    assert json.loads(lines[0]) == {"jsonrpc": "2.0", "method": "notifications/echo"}
+    assert lines[1:] == ["{'fd0': '', 'method': 'notifications/initialized'}"]
+    assert finished.stderr == b"stray\n"
