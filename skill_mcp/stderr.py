@@ -84,6 +84,19 @@ class BackgroundStderr:
                     os.close(null)
 
 
+def keep_standard_fds_open() -> None:
+    """A descriptor among 0-2 closed at start reads and writes /dev/null: a file opened later (the event loop's
+    epoll among them) would otherwise take its number and be read as the client's messages or written as protocol."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, the lower ones being open
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def keep_stderr_apart_from_stdout() -> None:
     """Logs and notes go to stderr only (§5.1: stdout is the protocol). Started with fd 2 closed, Python has no
     sys.stderr, and print() and structlog would both write to stdout instead: /dev/null stands in for it."""

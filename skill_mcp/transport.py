@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
+import io
 import os
 import queue
+import select
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+
+from .logs import get_logger
 
 WRITE_AHEAD_BYTES = 4 * 1024 * 1024  # answers queued for a client that is slow to read, before the server waits
 _END = object()
@@ -27,7 +32,8 @@ _END = object()
 async def stdio_transport(wire_in: int = 0, wire_out: int = 1) -> AsyncIterator[tuple[Any, Any]]:
     """The SDK's stdio_server over `wire_in` and `wire_out`, whose numbers read /dev/null and write to stderr
     while it serves, as the SDK's own claim does: nothing else in the process reads the client's messages or
-    writes on the protocol stream. A client that closes its end of stdout ends it with BrokenPipeError."""
+    writes on the protocol stream. A stdout that fails (the client closed its end, or any other error, logged)
+    ends it with BrokenPipeError."""
     from mcp.server.stdio import stdio_server
 
     with _claimed(wire_in, _null_input) as reading, _claimed(wire_out, _stderr_output) as writing:
@@ -68,8 +74,8 @@ def _stderr_output() -> int:
 
 
 class _LineReader:
-    """The wire's lines, decoded as the SDK's own file does (UTF-8, bad bytes replaced), read on a thread of its
-    own at most one line ahead of the server."""
+    """The wire's lines, read as the SDK's own file reads them (UTF-8, bad bytes replaced, universal newlines), on
+    a thread of its own at most one line ahead of the server."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -92,9 +98,10 @@ class _LineReader:
 
     def _read(self) -> None:
         try:
-            with os.fdopen(self._fd, "rb", closefd=False) as wire:
+            # Newlines as the SDK's file reads them: "\n", "\r\n" or a lone "\r" ends a line.
+            with io.TextIOWrapper(os.fdopen(self._fd, "rb", closefd=False), encoding="utf-8", errors="replace") as wire:
                 for line in wire:
-                    self._hand(line.decode("utf-8", errors="replace"))
+                    self._hand(line)
                     self._taken.acquire()
             self._hand(_END)
         except OSError as error:
@@ -152,7 +159,10 @@ class _LineWriter:
                 data = memoryview(self._chunks.get())
                 size = len(data)
                 while data:
-                    data = data[os.write(self._fd, data) :]
+                    try:
+                        data = data[os.write(self._fd, data) :]
+                    except BlockingIOError:  # a descriptor inherited non-blocking: wait until the client reads
+                        select.select([], [self._fd], [])
                 with self._lock:
                     self._pending -= size
                     ready = [waiter for at_most, waiter in self._waiters if self._pending <= at_most]
@@ -160,8 +170,10 @@ class _LineWriter:
                 for waiter in ready:
                     self._loop.call_soon_threadsafe(_settle, waiter, None)
         except OSError as error:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(_settle, self._broken, error)
+            if not isinstance(error, BrokenPipeError):  # the client closing its end is no failure
+                get_logger().warning("stdout.failed", errorType=type(error).__name__, errno=errno.errorcode.get(error.errno))
+            with contextlib.suppress(RuntimeError):  # either way, no answer can reach the client any more
+                self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(error.errno, error.strerror))
         except RuntimeError:  # the event loop has closed: the server is gone
             pass
 

@@ -176,6 +176,33 @@ def test_with_stderr_closed_logs_go_nowhere_and_stdout_stays_protocol(tree):
     assert checked.returncode == 1 and json.loads(checked.stdout)["problems"]
 
 
+@pytest.mark.parametrize("closed", [0, 1])
+def test_with_stdin_or_stdout_closed_the_server_exits_zero_and_reads_no_other_file(tree, closed):
+    # A closed fd 0 or 1 would be taken by the next file opened (the event loop's epoll), then read or written as
+    # the wire; it reads and writes /dev/null instead: no message comes in, or every answer goes nowhere.
+    served = subprocess.run(
+        MODULE, input=None if closed == 0 else HANDSHAKE_LINES, capture_output=True,
+        env=clean_environ(SKILLS_DIR=str(tree)), preexec_fn=lambda: os.close(closed), timeout=30,
+    )  # fmt: skip
+    assert served.returncode == 0, served.stderr
+    assert served.stdout == b""
+    events = [json.loads(line)["event"] for line in served.stderr.splitlines()]
+    assert events[-1] == "shutdown" and "Traceback" not in served.stderr.decode()
+
+
+def test_a_stdout_that_fails_with_an_error_other_than_epipe_is_logged_and_ends_the_session(tree):
+    with open("/dev/full", "wb") as full:
+        served = subprocess.run(
+            MODULE, input=HANDSHAKE_LINES, stdout=full, stderr=subprocess.PIPE, env=clean_environ(SKILLS_DIR=str(tree)),
+            timeout=30,
+        )  # fmt: skip
+    assert served.returncode == 0
+    logged = [json.loads(line) for line in served.stderr.splitlines()]
+    failed = [line for line in logged if line["event"] == "stdout.failed"]
+    assert [(line["errorType"], line["errno"], line["level"]) for line in failed] == [("OSError", "ENOSPC", "warning")]
+    assert logged[-1]["event"] == "shutdown"
+
+
 def test_a_client_that_closes_its_end_of_stderr_is_still_answered(tree):
     # The first log line then meets EPIPE: it is dropped, where it would end the server before it answered.
     unread, stderr = os.pipe()

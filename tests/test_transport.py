@@ -56,6 +56,7 @@ async def test_the_sdk_reads_and_writes_the_given_pipes_through_the_transports_t
     client_in, wire_out = os.pipe()
     os.write(client_out, b'{"jsonrpc":"2.0","method":"notifications/initialized"}\r\n')
     os.write(client_out, b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"k":"\xff"}}}\n')
+    os.write(client_out, b'{"jsonrpc":"2.0","id":2,"method":"ping"}\r{"jsonrpc":"2.0","id":3,"method":"ping"}\r')
     os.write(client_out, b"not json\n")
     os.close(client_out)
     async with stdio_transport(wire_in, wire_out) as (read_stream, write_stream):
@@ -66,7 +67,8 @@ async def test_the_sdk_reads_and_writes_the_given_pipes_through_the_transports_t
         await write_stream.aclose()
     assert [type(item.message).__name__ for item in items[:2]] == ["JSONRPCNotification", "JSONRPCRequest"]
     assert items[1].message.params["_meta"] == {"k": "\ufffd"}  # bad UTF-8 replaced, as the SDK's own file does
-    assert isinstance(items[2], Exception) and len(items) == 3
+    assert [item.message.id for item in items[2:4]] == [2, 3]  # a lone CR ends a line too, as it does there
+    assert isinstance(items[4], Exception) and len(items) == 5
     assert json.loads(os.read(client_in, 1 << 16)) == {"jsonrpc": "2.0", "id": 1, "result": {"text": "é"}}
 
 
@@ -104,6 +106,31 @@ async def test_a_client_that_closes_its_end_of_stdout_ends_the_session_with_brok
             await write_stream.aclose()
     assert ended.group_contains(BrokenPipeError)
     assert time.monotonic() - started < 5
+
+
+async def test_a_stdout_inherited_non_blocking_is_waited_for_not_taken_for_a_failure() -> None:
+    wire_in, client_out = os.pipe()
+    client_in, wire_out = os.pipe()
+    os.set_blocking(wire_out, False)
+    chunk = "x" * (1 << 20)
+    with collected(client_in, 3) as received:  # 1 MiB answers outrun the client's reads: the writer meets EAGAIN
+        async with stdio_transport(wire_in, wire_out) as (_, write_stream):
+            for request_id in range(3):
+                await write_stream.send(answer(request_id, chunk))
+            await write_stream.aclose()
+            os.close(client_out)
+    assert [json.loads(line)["id"] for line in bytes(received).splitlines()] == [0, 1, 2]
+
+
+async def test_a_stdout_that_fails_otherwise_ends_the_session_too() -> None:
+    wire_in, client_out = os.pipe()
+    os.close(client_out)
+    with pytest.raises(BaseExceptionGroup) as ended:
+        async with stdio_transport(wire_in, os.open("/dev/full", os.O_WRONLY)) as (_, write_stream):
+            await write_stream.send(answer(1))
+            await anyio.sleep(10)
+            await write_stream.aclose()
+    assert ended.group_contains(BrokenPipeError)
 
 
 # The process's own stdin and stdout: while serving, fd 0 reads /dev/null and fd 1 writes to stderr.
