@@ -96,7 +96,9 @@ def main() -> None:
     durations: dict[str, list[float]] = {label: [] for label, _ in PHASES}
     to_tools_list, to_skill_list = [], []
     for marks in runs:
-        at = dict(marks[:6])  # the first "answer sent" is initialize's
+        at: dict[str, float] = {}
+        for name, when in marks:  # each phase's first mark: the first "answer sent" is initialize's
+            at.setdefault(name, when)
         previous = 0.0
         for label, name in PHASES:
             durations[label].append(at[name] - previous)
