@@ -162,20 +162,23 @@ class _LineWriter:
                     try:
                         data = data[os.write(self._fd, data) :]
                     except BlockingIOError:  # a descriptor inherited non-blocking: wait until the client reads
-                        select.select([], [self._fd], [])
+                        writable = select.poll()  # select() refuses descriptors past 1023
+                        writable.register(self._fd, select.POLLOUT)
+                        writable.poll()
                 with self._lock:
                     self._pending -= size
                     ready = [waiter for at_most, waiter in self._waiters if self._pending <= at_most]
                     self._waiters = [each for each in self._waiters if each[1] not in ready]
                 for waiter in ready:
                     self._loop.call_soon_threadsafe(_settle, waiter, None)
-        except OSError as error:
+        except Exception as error:  # noqa: BLE001 - whatever stops this thread, no answer can reach the client
+            if self._loop.is_closed():  # the server is gone
+                return
             if not isinstance(error, BrokenPipeError):  # the client closing its end is no failure
-                get_logger().warning("stdout.failed", errorType=type(error).__name__, errno=errno.errorcode.get(error.errno))
-            with contextlib.suppress(RuntimeError):  # either way, no answer can reach the client any more
-                self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(error.errno, error.strerror))
-        except RuntimeError:  # the event loop has closed: the server is gone
-            pass
+                code = errno.errorcode.get(getattr(error, "errno", None))
+                get_logger().warning("stdout.failed", errorType=type(error).__name__, errno=code)
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(errno.EPIPE, "stdout failed"))
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

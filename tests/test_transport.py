@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -108,17 +109,27 @@ async def test_a_client_that_closes_its_end_of_stdout_ends_the_session_with_brok
     assert time.monotonic() - started < 5
 
 
-async def test_a_stdout_inherited_non_blocking_is_waited_for_not_taken_for_a_failure() -> None:
+@pytest.mark.parametrize("descriptors_below", [0, 1100])
+async def test_a_stdout_inherited_non_blocking_is_waited_for_not_taken_for_a_failure(descriptors_below: int) -> None:
     wire_in, client_out = os.pipe()
     client_in, wire_out = os.pipe()
     os.set_blocking(wire_out, False)
     chunk = "x" * (1 << 20)
-    with collected(client_in, 3) as received:  # 1 MiB answers outrun the client's reads: the writer meets EAGAIN
-        async with stdio_transport(wire_in, wire_out) as (_, write_stream):
-            for request_id in range(3):
-                await write_stream.send(answer(request_id, chunk))
-            await write_stream.aclose()
-            os.close(client_out)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    # With every number up to 1100 taken, the transport's own copy of stdout lies past what select() can watch.
+    taken = [os.open(os.devnull, os.O_RDONLY) for _ in range(descriptors_below)]
+    try:
+        with collected(client_in, 3) as received:  # 1 MiB answers outrun the client's reads: the writer meets EAGAIN
+            async with stdio_transport(wire_in, wire_out) as (_, write_stream):
+                for request_id in range(3):
+                    await write_stream.send(answer(request_id, chunk))
+                await write_stream.aclose()
+                os.close(client_out)
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert [json.loads(line)["id"] for line in bytes(received).splitlines()] == [0, 1, 2]
 
 
