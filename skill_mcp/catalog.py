@@ -104,14 +104,14 @@ def _scan_root(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootS
         return scan
     if real_root in scanned_dirs:
         return scan  # the same root configured twice, or another root's `skills`
-    if os.path.isfile(os.path.join(real_root, SKILL_MD)):  # layout A: a skill, whose entries are not scanned here
+    if _is_a_skill(real_root):  # layout A: a skill, whose entries are not scanned here
         if real_root not in seen_dirs:  # else a skill another root already holds
             seen_dirs.add(real_root)
             scan.candidates.append(real_root)
         return scan
     scanned_dirs.add(real_root)
     seen_dirs.add(real_root)
-    _scan_entries(scan, root, real_root, real_root, seen_dirs, at_root=True)
+    _scan_entries(scan, root, real_root, real_root, seen_dirs, root)
     real_skills_entry = os.path.join(real_root, "skills")
     if os.path.isdir(real_skills_entry):
         skills_path = os.path.join(root, "skills")
@@ -130,20 +130,24 @@ def _scan_root(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootS
             )
         elif real_skills not in scanned_dirs:  # `skills -> .` names the root; another root may be this one
             scanned_dirs.add(real_skills)
-            _scan_entries(scan, skills_path, real_skills, real_root, seen_dirs, at_root=False)
+            _scan_entries(scan, skills_path, real_skills, real_root, seen_dirs, root)
     return scan
 
 
 def _scan_entries(
-    scan: _RootScan, scan_path: str, real_scan_path: str, real_root: str, seen_dirs: set[str], at_root: bool
+    scan: _RootScan, scan_path: str, real_scan_path: str, real_root: str, seen_dirs: set[str], root: str
 ) -> None:
-    """Apply the §3.3 entry table to one directory's entries, one level deep."""
+    """Apply the §3.3 entry table to one directory's entries (the root's, or its `skills` directory's), one level
+    deep."""
+    at_root = scan_path == root
     try:
         with os.scandir(real_scan_path) as listing:
             entries = sorted(listing, key=lambda entry: entry.name)
     except OSError as error:
         detail = f"cannot list this directory: {os_error_text(error)}"
-        scan.problems.append(Problem(scan_path, "root-unreadable", detail))
+        if not at_root:
+            detail = f"cannot list its skills directory {scan_path} ({os_error_text(error)}), so no skill in it is served"
+        scan.problems.append(Problem(root, "root-unreadable", detail))
         return
     if at_root and (case_note := _case_note(entry.name for entry in entries)):  # one skill's folder as the root
         detail = "this root has no SKILL.md, so it is not a skill itself; only its directories are scanned for skills"
@@ -169,9 +173,19 @@ def _scan_entries(
                 detail = f"this {kind} resolves to {real}, outside the configured root {real_root}; refused"
                 scan.problems.append(Problem(entry_path, "symlink-escape", detail))
             continue
-        if not os.path.isdir(real):
+        try:
+            is_directory = stat.S_ISDIR(os.stat(real).st_mode)
+        except OSError as error:  # resolved a moment ago: renamed or removed since, as the server boots
+            if not quiet:
+                detail = f"this {'symlink' if is_link else 'directory'} could not be read as the roots were scanned"
+                scan.problems.append(Problem(entry_path, "symlink-escape", f"{detail} ({os_error_text(error)}); refused"))
             continue
-        has_skill_md = _may_hold_skill_md(real)
+        if not is_directory:
+            continue
+        holds = _holds_skill_md(real)
+        # What this uid cannot tell is a candidate, whose SKILL.md §3.4 then reports; but for `skills`, which
+        # layout C reports, only one known to hold a SKILL.md is also a skill.
+        has_skill_md = holds or (holds is None and not quiet)
         if has_skill_md and is_link and entry.name != os.path.basename(real):
             realname = quoted(os.path.basename(real))
             detail = (
@@ -214,16 +228,32 @@ def _case_note(names: Iterable[str]) -> str:
     return f" (it has {quoted(misspelled[0])}: the name is case-sensitive, rename it SKILL.md)" if misspelled else ""
 
 
-def _may_hold_skill_md(directory: str) -> bool:
-    """Only a SKILL.md known to be absent rules a directory out: one this uid cannot search becomes a candidate,
-    and §3.4 step 1 then says why its SKILL.md cannot be read (not that it has none)."""
+def _is_a_skill(real_root: str) -> bool:
+    """§3.2 layout A: `SKILL.md` is a file, following links. Also one that is not a regular file (a FIFO, which
+    the entry scan would skip) and one this uid cannot stat in a root it may list but not search: §3.4 then says
+    why it is not read, rather than the root going quiet. A broken link is an entry the scan reports."""
+    try:
+        return not stat.S_ISDIR(os.stat(os.path.join(real_root, SKILL_MD)).st_mode)
+    except PermissionError:
+        return bool(_holds_skill_md(real_root))
+    except OSError:
+        return False
+
+
+def _holds_skill_md(directory: str) -> bool | None:
+    """Whether `directory` holds a SKILL.md of any kind, as a directory entry (§3.4 then says why one that is not a
+    regular file, or cannot be stat'd, is not read); None when this uid can neither stat nor list it to tell."""
     try:
         os.lstat(os.path.join(directory, SKILL_MD))
+        return True
     except FileNotFoundError:
         return False
     except OSError:
-        return True
-    return True
+        pass
+    try:  # readable but not searchable: its names still tell
+        return SKILL_MD in os.listdir(directory)
+    except OSError:
+        return None
 
 
 def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skill | None:

@@ -79,11 +79,13 @@ def _is_script(path: str) -> bool:
 
 
 def _shims_skipped(name: str, variable: str, shims: list[str], path: str | None) -> str:
+    # Counted, not named: where they lie is PATH's value, which no warning quotes (§2.1).
     outcome = f"{name} is {path}" if path else f"{name} is unavailable"
+    found, them = (f"{name} on PATH is a script", "it") if len(shims) == 1 else (f"{len(shims)} {name} on PATH are scripts", "them")
     return (
-        f"{', '.join(shims)}: a script, not an interpreter (a version manager's shim, which would let a skill's own "
-        f"files pick the interpreter), so the lookup skipped it and {outcome}; set {variable} to the interpreter "
-        "scripts should run on"
+        f"the first {found}, not an interpreter (a version manager's shim, which would let a skill's own files pick "
+        f"the interpreter), so the lookup skipped {them} and {outcome}; set {variable} to the interpreter scripts "
+        "should run on"
     )
 
 

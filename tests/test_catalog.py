@@ -426,6 +426,85 @@ def test_a_root_whose_skill_md_is_no_file_is_scanned_for_skills(root, kind):
     assert reasons(catalog) == [(str(root / "SKILL.md"), reason)]
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link-to-fifo"])
+def test_a_root_whose_skill_md_is_no_regular_file_is_a_skill_that_is_reported(root, kind):
+    # The entry scan skips a FIFO silently: as a layout B root this one would serve nothing and report nothing.
+    make_skill(root, "alpha")
+    if kind == "fifo":
+        os.mkfifo(root / "SKILL.md")
+    else:
+        os.mkfifo(root / "pipe")
+        (root / "SKILL.md").symlink_to("pipe")
+    catalog = discover([str(root)], 32)
+    assert (names(catalog), reasons(catalog)) == ([], [(str(root), "unreadable-skill-md")])
+    assert catalog.problems[0].detail == "SKILL.md is not a regular file"
+
+
+@pytest.mark.parametrize(("mode", "reason"), [(0o744, "unreadable-skill-md"), (0o700, "root-unreadable")])
+def test_a_skill_root_this_uid_cannot_search_is_reported(mode, reason):
+    # Run as uid 10001: a root it may list (0744) shows a SKILL.md it cannot stat; one it may not list is unreadable.
+    root = world_readable_dir()
+    (root / "SKILL.md").write_text("---\nname: x\n---\n")
+    root.chmod(mode)
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert reasons(catalog) == [(str(root), reason)]
+    assert "Permission denied" in catalog.problems[0].detail
+
+
+def test_a_directory_this_uid_may_list_but_not_search_is_told_apart_by_its_names():
+    root = world_readable_dir()
+    (root / "plain").mkdir()
+    make_skill(root, "locked")
+    for directory in ("plain", "locked"):
+        (root / directory).chmod(0o744)
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert reasons(catalog) == [(str(root / "plain"), "no-skill-md"), (str(root / "locked"), "unreadable-skill-md")]
+
+
+def test_a_skills_directory_this_uid_cannot_list_is_one_problem_of_its_root():
+    root = world_readable_dir()
+    make_skill(root / "skills", "inner")
+    make_skill(root, "outer")
+    (root / "skills").chmod(0)
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert (names(catalog), reasons(catalog)) == (["outer"], [(str(root), "root-unreadable")])
+    detail = f"cannot list its skills directory {root / 'skills'} (Permission denied), so no skill in it is served"
+    assert catalog.problems[0].detail == detail
+
+
+@pytest.mark.parametrize("is_link", [False, True])
+def test_a_directory_gone_between_its_resolving_and_its_reading_is_reported(root, monkeypatch, is_link):
+    # A deploy renaming skills while the server boots: the rename lands right after the entry is resolved.
+    make_skill(root, "alpha")
+    if is_link:
+        (root / "beta").symlink_to(make_skill(root / "skills", "beta"))
+    resolve = catalog_module.real_path
+
+    def resolve_then_rename(path):
+        real = resolve(path)
+        if os.path.basename(path) in ("alpha", "beta") and os.path.isdir(real):
+            os.rename(real, real + "-moved")
+        return real
+
+    monkeypatch.setattr(catalog_module, "real_path", resolve_then_rename)
+    catalog = discover([str(root)], 32)
+    gone = str(root / ("beta" if is_link else "alpha"))
+    assert (gone, "symlink-escape") in reasons(catalog)
+    kind = "symlink" if is_link else "directory"
+    assert f"this {kind} could not be read as the roots were scanned (No such file or directory); refused" in [
+        problem.detail for problem in catalog.problems
+    ]
+
+
 def test_problem_order_is_collection_then_missing_skill_md_then_reads(tmp_path, root):
     make_skill(root, "a-bad", "name: [unclosed\n")
     (root / "b-empty").mkdir()

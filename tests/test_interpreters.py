@@ -67,28 +67,31 @@ def test_a_venv_named_through_a_link_is_still_recognised(tree):
 def test_a_script_on_path_is_a_shim_and_skipped_with_a_warning(tree):
     # A pyenv or asdf shim chooses the interpreter from files in the cwd, the skill's directory.
     root, venv, search = tree
-    python_shim, node_shim = shim(root / "shims" / "python3"), shim(root / "shims" / "node")
+    shim(root / "shims" / "python3"), shim(root / "shims" / "node")
     found, warnings = find_interpreters(config(), os.pathsep.join([str(root / "shims"), search]), venv)
     assert found == {"node": str(root / "usr" / "bin" / "node"), "python3": str(root / "usr" / "bin" / "python3")}
     assert warnings == [
         ConfigWarning("PATH", (
-            f"{node_shim}: a script, not an interpreter (a version manager's shim, which would let a skill's own "
-            f"files pick the interpreter), so the lookup skipped it and node is {root}/usr/bin/node; set MCP_SKILL_NODE "
-            "to the interpreter scripts should run on"
+            "the first node on PATH is a script, not an interpreter (a version manager's shim, which would let a "
+            f"skill's own files pick the interpreter), so the lookup skipped it and node is {root}/usr/bin/node; set "
+            "MCP_SKILL_NODE to the interpreter scripts should run on"
         )),
         ConfigWarning("PATH", (
-            f"{python_shim}: a script, not an interpreter (a version manager's shim, which would let a skill's own "
-            f"files pick the interpreter), so the lookup skipped it and python3 is {root}/usr/bin/python3; set "
-            "MCP_SKILL_PYTHON to the interpreter scripts should run on"
+            "the first python3 on PATH is a script, not an interpreter (a version manager's shim, which would let a "
+            f"skill's own files pick the interpreter), so the lookup skipped it and python3 is {root}/usr/bin/python3; "
+            "set MCP_SKILL_PYTHON to the interpreter scripts should run on"
         )),
     ]  # fmt: skip
+    assert not any(str(root / "shims") in warning.problem for warning in warnings)  # PATH's value is not quoted
 
 
 def test_with_only_shims_on_path_the_interpreter_is_unavailable(tmp_path):
     first, second = shim(tmp_path / "a" / "python3"), shim(tmp_path / "b" / "python3")
     found, warnings = find_interpreters(config(), f"{tmp_path / 'a'}:{tmp_path / 'b'}", None)
     assert found == {}
-    assert [warning.problem.split(": a script")[0] for warning in warnings] == [f"{first}, {second}"]
+    assert warnings[0].problem.startswith("the first 2 python3 on PATH are scripts, not an interpreter")
+    assert "so the lookup skipped them and python3 is unavailable" in warnings[0].problem
+    assert str(first) not in warnings[0].problem and str(second) not in warnings[0].problem
     assert "python3 is unavailable; set MCP_SKILL_PYTHON" in warnings[0].problem
 
 
