@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_skill
-from support import as_unprivileged, mount_namespace, world_readable_dir
+from support import as_unprivileged, mount_namespace, needs_root, world_readable_dir
 
 from skill_mcp import catalog as catalog_module
 from skill_mcp import paths
@@ -440,6 +440,7 @@ def test_a_root_whose_skill_md_is_no_regular_file_is_a_skill_that_is_reported(ro
     assert catalog.problems[0].detail == "SKILL.md is not a regular file"
 
 
+@needs_root
 @pytest.mark.parametrize(("mode", "reason"), [(0o744, "unreadable-skill-md"), (0o700, "root-unreadable")])
 def test_a_skill_root_this_uid_cannot_search_is_reported(mode, reason):
     # Run as uid 10001: a root it may list (0744) shows a SKILL.md it cannot stat; one it may not list is unreadable.
@@ -454,6 +455,7 @@ def test_a_skill_root_this_uid_cannot_search_is_reported(mode, reason):
     assert "Permission denied" in catalog.problems[0].detail
 
 
+@needs_root
 def test_a_directory_this_uid_may_list_but_not_search_is_told_apart_by_its_names():
     root = world_readable_dir()
     (root / "plain").mkdir()
@@ -467,6 +469,7 @@ def test_a_directory_this_uid_may_list_but_not_search_is_told_apart_by_its_names
     assert reasons(catalog) == [(str(root / "plain"), "no-skill-md"), (str(root / "locked"), "unreadable-skill-md")]
 
 
+@needs_root
 def test_a_skills_directory_this_uid_cannot_list_is_one_problem_of_its_root():
     root = world_readable_dir()
     make_skill(root / "skills", "inner")
@@ -654,6 +657,7 @@ def test_non_regular_skill_md_is_unreadable(root):
     assert problem.path == str(root / "piped") and "regular file" in problem.detail
 
 
+@needs_root
 def test_unreadable_skill_md_is_reported():
     root = world_readable_dir()
     skill_dir = make_skill(root, "locked")
@@ -665,6 +669,7 @@ def test_unreadable_skill_md_is_reported():
     assert problem.path == str(skill_dir)
 
 
+@needs_root
 def test_an_unsearchable_skill_directory_is_unreadable_not_missing_its_skill_md():
     # Run as uid 10001 (the appliance's): a root-owned 0700 skill directory holds a SKILL.md it cannot stat.
     root = world_readable_dir()
@@ -678,6 +683,7 @@ def test_an_unsearchable_skill_directory_is_unreadable_not_missing_its_skill_md(
     assert "could not be stat'd: Permission denied" in catalog.problems[0].detail
 
 
+@needs_root
 def test_a_file_this_uid_cannot_stat_is_not_listed_and_its_skill_is_still_served():
     # A directory it may read but not search (0644) lists names it cannot stat: those are skipped, as a file
     # removed between the listing and the stat is, rather than losing the whole skill to an unexpected failure.
@@ -691,6 +697,7 @@ def test_a_file_this_uid_cannot_stat_is_not_listed_and_its_skill_is_still_served
     assert [entry.path for entry in served(catalog, "partly").manifest] == ["SKILL.md", "open.md"]
 
 
+@needs_root
 def test_the_walk_counts_the_directories_this_uid_cannot_list_the_skill_directory_as_dot():
     root = world_readable_dir()
     files = {"open.md": "x", **{f"locked{index}/deeper/inside.md": "y" for index in range(9)}}
@@ -1150,6 +1157,7 @@ def test_symlink_loop_is_a_broken_symlink(root):
     assert all("broken symlink" in problem.detail for problem in catalog.problems)
 
 
+@needs_root
 def test_unlistable_root_is_unreadable():
     root = world_readable_dir()
     root.chmod(0)

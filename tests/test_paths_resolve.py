@@ -5,7 +5,7 @@ import shutil
 import stat
 
 import pytest
-from support import as_unprivileged, fails_after, mount_namespace, resolve_in_skill, world_readable_dir
+from support import as_unprivileged, fails_after, mount_namespace, needs_root, resolve_in_skill, world_readable_dir
 
 from skill_mcp import paths
 from skill_mcp.paths import PATH_HINT, PathRefused, SkillDir, describe_refusal, path_refusal
@@ -160,6 +160,7 @@ def test_missing_and_broken_paths_are_not_files_in_this_skill(layout, rel):
     assert "skill_load" in refused.hint
 
 
+@needs_root
 def test_a_file_behind_a_directory_the_server_may_not_enter_says_so():
     # The file is there; "not a file in this skill" alone would send the reader looking for a typo.
     skill = world_readable_dir() / "skill"

@@ -20,6 +20,7 @@ from support import (
     connect,
     deployment_for,
     error_text,
+    needs_root,
     payload,
     world_readable_dir,
     write_skill,
@@ -560,6 +561,7 @@ def test_skill_file_size_is_never_below_the_bytes_read_when_the_file_grew_after_
     assert entry["size"] == len(entry["content"]) == 34
 
 
+@needs_root
 def test_a_file_the_server_may_not_read_fails_its_entry_and_its_resource_read():
     # A mode-0 file resolves (its path is fine) but cannot be opened for reading: skill_file fails only that
     # entry, and resources/read answers the same message as invalid params, not an internal error.
