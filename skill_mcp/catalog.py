@@ -259,23 +259,23 @@ def _holds_skill_md(directory: str) -> bool | None:
 def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skill | None:
     """§3.4 steps 1–11; appends this candidate's problems and returns the skill, or None when refused."""
 
-    def refuse(reason: str, detail: str) -> None:
+    def report(reason: str, detail: str) -> None:
         problems.append(Problem(real_dir, reason, detail))
 
-    capped = _read_skill_md(real_dir, refuse)
+    capped = _read_skill_md(real_dir, report)
     if capped is None:
         return None
     try:
         frontmatter, body = parse_skill_md(capped.data.decode("utf-8", errors="replace"))
     except FrontmatterError as error:
-        refuse("malformed-frontmatter", str(error))
+        report("malformed-frontmatter", str(error))
         return None
     declaration, findings = read_declaration(frontmatter)
     for finding in findings:
-        refuse("declaration", finding)
+        report("declaration", finding)
     name = os.path.basename(real_dir)
     if not SKILL_NAME_PATTERN.fullmatch(name):
-        refuse(
+        report(
             "unusable-name",
             f"the directory name {quoted(name)} is not addressable; a skill is served under its directory name "
             "(letters, digits, '.', '_', '-', at most 64, starting with a letter or digit); skipped",
@@ -283,12 +283,12 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         return None
     claimed = frontmatter_name(frontmatter)
     if claimed is not None and claimed != name:
-        refuse(
+        report(
             "name-mismatch",
             f"the frontmatter name {quoted(claimed)} differs from the directory name {quoted(name)}; "
             "the skill is served under its DIRECTORY name",
         )
-    walk = _walk_manifest(real_dir, refuse)
+    walk = _walk_manifest(real_dir, report)
     listed = {entry.path for entry in walk.files}
     for run in declaration.runs:
         if run.script not in listed:
@@ -305,7 +305,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
                     "; the file is there, but the server's user may not list a directory on its path, so the "
                     "manifest lacks it: a run still finds it"
                 )
-            refuse("declared-script-missing", detail)
+            report("declared-script-missing", detail)
     return Skill(
         name=name,
         real_dir=real_dir,
@@ -342,14 +342,14 @@ def _found_past_an_unlisted_directory(walk: _ManifestWalk, real_dir: str, rel: s
         return False
 
 
-def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedRead | None:
+def _read_skill_md(real_dir: str, report: Callable[[str, str], None]) -> CappedRead | None:
     """§3.4 steps 1–4: SKILL.md stat'ed, a link followed only inside the skill, then read bounded; None when
     refused (the problem is added)."""
     skill_md = os.path.join(real_dir, SKILL_MD)
     try:
         status = os.lstat(skill_md)
     except OSError as error:
-        refuse("unreadable-skill-md", f"SKILL.md could not be stat'd: {os_error_text(error)}")
+        report("unreadable-skill-md", f"SKILL.md could not be stat'd: {os_error_text(error)}")
         return None
     read_path = skill_md
     if stat.S_ISLNK(status.st_mode):
@@ -360,11 +360,11 @@ def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedR
         if read_path is None or not is_within(read_path, real_dir, strictly=True):
             target = read_path or "unresolvable"
             detail = f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused"
-            refuse("symlink-escape", detail)
+            report("symlink-escape", detail)
             return None
         status = os.stat(read_path)
     if not stat.S_ISREG(status.st_mode):
-        refuse("unreadable-skill-md", "SKILL.md is not a regular file")
+        report("unreadable-skill-md", "SKILL.md is not a regular file")
         return None
     try:
         # Opened through the resolve check, like every later read: the directory swapped for a link since the
@@ -372,17 +372,17 @@ def _read_skill_md(real_dir: str, refuse: Callable[[str, str], None]) -> CappedR
         with SkillDir(real_dir).opened(SKILL_MD) as (fd, opened):
             capped = read_capped_fd(fd, MAX_SKILL_MD_BYTES, opened)
     except PathRefused as refused:
-        refuse("unreadable-skill-md", f"SKILL.md could not be read: {refused.message}")
+        report("unreadable-skill-md", f"SKILL.md could not be read: {refused.message}")
         return None
     except OSError as error:
-        refuse("unreadable-skill-md", f"SKILL.md could not be read: {os_error_text(error)}")
+        report("unreadable-skill-md", f"SKILL.md could not be read: {os_error_text(error)}")
         return None
     return capped
 
 
-def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> _ManifestWalk:
+def _walk_manifest(real_dir: str, report: Callable[[str, str], None]) -> _ManifestWalk:
     """§3.5: breadth-first, sorted, regular files only, bounded by the file and directory caps."""
-    walk = _ManifestWalk(refuse)
+    walk = _ManifestWalk(report)
     try:
         walk.run(real_dir)
     finally:
@@ -393,8 +393,8 @@ def _walk_manifest(real_dir: str, refuse: Callable[[str, str], None]) -> _Manife
 class _ManifestWalk:
     """One skill's walk: what it lists, what is queued, and the budgets that bound it."""
 
-    def __init__(self, refuse: Callable[[str, str], None]) -> None:
-        self.refuse = refuse
+    def __init__(self, report: Callable[[str, str], None]) -> None:
+        self.report = report
         self.files: list[ManifestEntry] = []
         self.queue: deque[tuple[str, str]] = deque()
         self.dirs_enqueued = 0
@@ -434,12 +434,12 @@ class _ManifestWalk:
         refusal = path_refusal(rel)
         if refusal is not None:
             below = "; nothing under it is listed either" if is_dir else ""
-            self._refuse_unusable(f"{quoted_path(rel)} cannot be addressed by skill_file ({refusal}), so it is not "
+            self._report_unusable(f"{quoted_path(rel)} cannot be addressed by skill_file ({refusal}), so it is not "
                                   f"listed{below}")
             return self._unlisted()
         if is_dir:
             if self.dirs_enqueued == MAX_DIRS_PER_SKILL:
-                self.refuse(
+                self.report(
                     "file-limit",
                     f"this skill has more than {MAX_DIRS_PER_SKILL} directories; the manifest lists the "
                     f"{len(self.files)} files found; the rest is not walked",
@@ -449,7 +449,7 @@ class _ManifestWalk:
             self.queue.append((os.path.join(directory, entry.name), rel + "/"))
             return False
         if len(self.files) == MAX_FILES_PER_SKILL:
-            self.refuse(
+            self.report(
                 "file-limit",
                 f"this skill has more than {MAX_FILES_PER_SKILL} files; the manifest lists the first "
                 f"{MAX_FILES_PER_SKILL}; the rest is not walked",
@@ -467,23 +467,23 @@ class _ManifestWalk:
         self.unlisted_left -= 1
         if self.unlisted_left >= 0:
             return False
-        self.refuse(
+        self.report(
             "file-limit",
             f"this skill holds more than {MAX_UNLISTED_ENTRIES} entries that are not listed (links, FIFOs, names "
             f"skill_file cannot address); the manifest lists the {len(self.files)} files found; the rest is not walked",
         )
         return True
 
-    def _refuse_unusable(self, detail: str) -> None:
+    def _report_unusable(self, detail: str) -> None:
         if self.unusable_reported < MAX_UNUSABLE_PATH_PROBLEMS:
             self.unusable_reported += 1
-            self.refuse("unusable-path", detail)
+            self.report("unusable-path", detail)
         else:
             self.unusable_unreported += 1
 
     def report_unusable_rest(self) -> None:
         if self.unusable_unreported:
-            self.refuse(
+            self.report(
                 "unusable-path",
                 f"{self.unusable_unreported} more paths cannot be addressed by skill_file either, so they are not "
                 f"listed; only the first {MAX_UNUSABLE_PATH_PROBLEMS} are reported one by one",

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .startup import fast_imports
-from .stderr import EXIT_DRAIN_SECONDS, drain_stderr, keep_standard_fds_open, keep_stderr_apart_from_stdout
+from .stderr import EXIT_DRAIN_SECONDS, drain_stderr, install_background_stderr, keep_standard_fds_open
 from .version import VERSION
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     keep_standard_fds_open()
-    keep_stderr_apart_from_stdout()
+    install_background_stderr()
     try:
         return _run(sys.argv[1:] if argv is None else list(argv))
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import sys
 from dataclasses import dataclass
 
 _CHUNK_BYTES = 65536
@@ -72,16 +71,15 @@ class FileTooLarge(OSError):
     """A streamed digest passed its byte budget."""
 
 
-def sha256_fd(fd: int, max_bytes: int | None = None) -> tuple[str, int]:
+def sha256_fd(fd: int, max_bytes: int) -> tuple[str, int]:
     """Streamed (hex digest, bytes hashed) of a descriptor checked to be a regular file (`SkillDir.open`);
     FileTooLarge past `max_bytes`, so memory stays one chunk."""
-    limit = sys.maxsize if max_bytes is None else max_bytes + 1
     digest = hashlib.sha256()
     size = 0
-    for chunk in _chunks(fd, limit):
+    for chunk in _chunks(fd, max_bytes + 1):
         size += len(chunk)
         digest.update(chunk)
-    if max_bytes is not None and size > max_bytes:
+    if size > max_bytes:
         raise FileTooLarge(f"more than {max_bytes} bytes")
     return digest.hexdigest(), size
 

@@ -1,4 +1,4 @@
-"""Server and child hardening (SPEC §9.7, §9.8): environ scrub, non-dumpable, child prctl and rlimits."""
+"""Server and child hardening (SPEC §9.7, §9.8): environ scrub, non-dumpable, adopting orphans, child prctl and rlimits."""
 
 from __future__ import annotations
 

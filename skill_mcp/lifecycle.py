@@ -34,8 +34,8 @@ STDERR_DRAIN_SECONDS = 0.1  # for the log lines not yet written, shutdown's amon
 async def serve_stdio(
     server: Server[Any],
     on_shutdown: Callable[[str], None],
-    on_input_end: Callable[[], None] = lambda: None,
-    on_listening: Callable[[], None] = lambda: None,
+    on_input_end: Callable[[], None],
+    on_listening: Callable[[], None],
 ) -> None:
     """Serve until stdin closes, the client leaves or a signal arrives, then shut down with exit status 0 within
     §5.1's 5 s. `on_listening` runs once signals are handled here; `on_input_end` runs when the last message has

@@ -90,7 +90,8 @@ def describe_refusal(rel: str, reason: str) -> str:
 
 
 class PathRefused(Exception):
-    """A refused path: the tool layer shows `message`, then "\n\nHint: " and `hint`."""
+    """A refused path: `message`, and a `hint` that skill_run appends; a file's own error in skill_file, a resource
+    read or the catalog shows the message only (§7.3)."""
 
     def __init__(self, message: str, hint: str) -> None:
         super().__init__(message)
@@ -98,8 +99,8 @@ class PathRefused(Exception):
         self.hint = hint
 
 
-class NotRegularFile(PathRefused, OSError):
-    """A directory, FIFO, device…; also an OSError, so callers catching I/O errors catch it too."""
+class NotRegularFile(PathRefused):
+    """A directory, FIFO, device…: only regular files are read or run."""
 
     def __init__(self, subject: str) -> None:
         super().__init__(f"{subject} is not a regular file", "Only regular files can be read or executed.")

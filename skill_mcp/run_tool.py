@@ -179,7 +179,7 @@ class RunService:
                 "so this deployment cannot run it",
                 "The skill's instructions remain available via skill_load.",
             )
-        real_script, script_sha256 = _hash_script(skill, script)
+        real_script, script_sha256 = _resolve_and_hash_script(skill, script)
         _check_arguments(args)
         return Draft(skill, entry, real_script, args, self._will_run(skill, entry, script_sha256, args))
 
@@ -542,7 +542,7 @@ def _check_arguments(args: tuple[str, ...]) -> None:
         raise Refused("bad-arguments", f"arguments total {total} bytes, over the {MAX_ARG_BYTES}-byte cap", hint)
 
 
-def _hash_script(skill: Skill, script: str) -> tuple[str, str]:
+def _resolve_and_hash_script(skill: Skill, script: str) -> tuple[str, str]:
     """The script's real path and the SHA-256 of its bytes, through the resolve check (§9.1 step 6)."""
     try:
         fd, real_script, _ = SkillDir(skill.real_dir).open(script)

@@ -1,4 +1,5 @@
-"""The execution fence (SPEC §9.3–§9.6): argv, the script's environment, spawn, bounds, drain, kill."""
+"""The execution fence (SPEC §9.3–§9.6): argv, the script's environment, spawn, bounds, drain, kill, and the sweep of what
+a script leaves running (its group, its session, the orphans the server adopts)."""
 
 from __future__ import annotations
 

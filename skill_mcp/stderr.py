@@ -97,12 +97,12 @@ def keep_standard_fds_open() -> None:
                 os.close(null)
 
 
-def keep_stderr_apart_from_stdout() -> None:
-    """Logs and notes go to stderr only (§5.1: stdout is the protocol). Started with fd 2 closed, Python has no
-    sys.stderr, and print() and structlog would both write to stdout instead: /dev/null stands in for it."""
+def install_background_stderr() -> None:
+    """Logs and notes go to stderr only (§5.1: stdout is the protocol), written by a thread of their own. Started
+    with fd 2 closed, Python has no sys.stderr, and print() and structlog would both write to stdout instead: fd 2,
+    /dev/null by now (keep_standard_fds_open), stands in for it."""
     if sys.stderr is None:
-        null = os.open(os.devnull, os.O_WRONLY)  # fd 2 itself, unless something opened since holds it
-        sys.stderr = open(null, "w", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
     if not isinstance(sys.stderr, BackgroundStderr):
         sys.stderr = BackgroundStderr(sys.stderr)
 

@@ -12,7 +12,7 @@ from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .text import quoted, quoted_path
-from .tools import ToolFailure, find_skill, no_skills_found, read_error_text
+from .tools import ToolFailure, find_skill, no_skills_message, read_error_text
 
 if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
     from .deployment import Deployment
@@ -34,7 +34,7 @@ def instructions(deployment: Deployment) -> str:
     ]
     skills = deployment.skills
     if not skills:
-        lines.append(no_skills_found(deployment))
+        lines.append(no_skills_message(deployment))
     for skill in skills[:_INSTRUCTION_SKILLS]:
         description = " ".join((skill.description or "").splitlines())  # \r, \u2028, ... end a line too
         if len(description) > _INSTRUCTION_DESCRIPTION_CHARS:

@@ -69,7 +69,7 @@ def find_skill(deployment: Deployment, name: str) -> Skill:
     return skill
 
 
-def no_skills_found(deployment: Deployment) -> str:
+def no_skills_message(deployment: Deployment) -> str:
     if deployment.problems:
         return "No skills were found on this server; call skill_list, whose problems say why."
     # Nothing was refused either: no directory under the roots holds a SKILL.md (an empty or wrong root).
@@ -87,7 +87,7 @@ def _served_names_hint(deployment: Deployment, name: str) -> str:
         why = f"A directory of that name was not served ({refused.reason}); skill_list's problems say why."
         return why + (f" This server serves: {_names_text(names)}" if names else " No other skill is served.")
     if not names:
-        return no_skills_found(deployment)
+        return no_skills_message(deployment)
     return f"This server serves: {_names_text(names)}"
 
 
