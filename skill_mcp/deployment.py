@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from .catalog import discover
 from .config import BUNDLED_ROOT, Config, ConfigWarning, absolute_root, load_config
 from .confirm import spent_dir
+from .extension_members import split_extension_skills
 from .grants import NO_GRANT, GrantState, apply_grant, resolve_grant
 from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
 from .model import Problem, RunEntry, Skill
-from .skills_ext import split_extension_skills
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,19 @@
-"""The MCP Skills extension (SEP-2640, SPEC §12): which skills it carries, and its methods."""
+"""The MCP Skills extension (SEP-2640, SPEC §12): its methods, over the skills extension_members.py lets in."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from .deployment import Deployment
+from .extension_members import exclusion_reason
 from .files import media_type, sha256_fd
-from .frontmatter import frontmatter_name, frontmatter_to_json
-from .limits import AGENT_SKILLS_MAX_DESCRIPTION_CHARS, AGENT_SKILLS_NAME_RULE, SKILL_MD, is_agent_skills_name
-from .model import Problem, Skill
+from .frontmatter import frontmatter_to_json
+from .limits import SKILL_MD
+from .model import Skill
 from .paths import PathRefused, SkillDir
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
-from .text import quoted, quoted_path
-
-if TYPE_CHECKING:
-    from .deployment import Deployment
+from .text import quoted_path
 
 EXTENSION_ID = "io.modelcontextprotocol/skills"
 
@@ -26,43 +25,6 @@ DYNAMIC = "dynamic"
 CACHE_HINTS = {"ttlMs": 60000, "cacheScope": "private"}
 DIRECTORY_MIME_TYPE = "inode/directory"
 _Item = TypeVar("_Item")
-
-
-def exclusion_reason(skill: Skill) -> str | None:
-    """Why a served skill cannot be an extension skill (§12.2), or None when it can."""
-    name = frontmatter_name(skill.frontmatter)
-    if name is None:
-        return "its frontmatter has no string name"
-    if name != skill.name:
-        return f"its frontmatter name {quoted(name)} differs from its directory name {quoted(skill.name)}"
-    if not is_agent_skills_name(name):
-        return f"its name {quoted(name)} is not in Agent Skills form ({AGENT_SKILLS_NAME_RULE})"
-    description = skill.description
-    if description is None:
-        return "its frontmatter has no string description"
-    if not 1 <= len(description) <= AGENT_SKILLS_MAX_DESCRIPTION_CHARS:
-        return f"its description is {len(description)} characters, outside 1-{AGENT_SKILLS_MAX_DESCRIPTION_CHARS}"
-    return None
-
-
-def split_extension_skills(skills: Sequence[Skill]) -> tuple[frozenset[str], list[Problem]]:
-    """The names carried by the extension, and one `extension-excluded` problem per skill left out."""
-    carried: set[str] = set()
-    problems: list[Problem] = []
-    for skill in skills:
-        reason = exclusion_reason(skill)
-        if reason is None:
-            carried.add(skill.name)
-        else:
-            problems.append(
-                Problem(
-                    skill.real_dir,
-                    "extension-excluded",
-                    f"the skill is left out of skills/list and skills/get because {reason}; "
-                    "the tools, prompts and resources still serve it",
-                )
-            )
-    return frozenset(carried), problems
 
 
 # --- entries and digests (§12.3) ---------------------------------------------------------------

@@ -4,18 +4,16 @@ the file system, through the resolve check."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, unquote_to_bytes
 
+from .deployment import Deployment
 from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .text import quoted, quoted_path
 from .tools import ToolFailure, find_skill, no_skills_message, read_error_text
-
-if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
-    from .deployment import Deployment
 
 RESOURCES_PAGE = 500
 _INSTRUCTION_SKILLS = 64

@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .deployment import Deployment
 from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES, SKILL_MD
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir
 from .text import encodable, os_error_text, quoted, quoted_path
-
-if TYPE_CHECKING:  # the deployment imports skills_ext, which builds on these modules
-    from .deployment import Deployment
 
 _MAX_NAMES_IN_HINT = 64
 # Reasons that keep a skill directory (or a link to one) from being served, each reported at its own path (§3.7).
