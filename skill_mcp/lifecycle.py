@@ -49,13 +49,22 @@ async def serve_stdio(
         drain_stderr(STDERR_DRAIN_SECONDS)
         os._exit(0)
 
-    def input_ended() -> None:
-        on_input_end()
+    deadline_armed = False
+
+    def arm_exit_deadline() -> None:
+        # From the client's close, which a pipe reports with lines still unread, else from the end of input read.
         # Answers are written by a thread that no cancellation reaches: a client that stopped reading would hold
         # the exit forever, so it is forced at the deadline.
-        watchdog = threading.Timer(EXIT_DEADLINE_SECONDS, exit_now, ("eof",))
-        watchdog.daemon = True
-        watchdog.start()
+        nonlocal deadline_armed
+        if not deadline_armed:
+            deadline_armed = True
+            watchdog = threading.Timer(EXIT_DEADLINE_SECONDS, exit_now, ("eof",))
+            watchdog.daemon = True
+            watchdog.start()
+
+    def input_ended() -> None:
+        on_input_end()
+        arm_exit_deadline()
 
     async with anyio.create_task_group() as group:
 
@@ -68,7 +77,7 @@ async def serve_stdio(
         await group.start(watch_signals)
         on_listening()
         try:
-            async with stdio_transport() as (read_stream, write_stream):
+            async with stdio_transport(on_hangup=arm_exit_deadline) as (read_stream, write_stream):
                 unanswered = _Unanswered()
                 messages = _WatchedInput(read_stream, unanswered, input_ended, _Refusals(write_stream, group))
                 answers = _WatchedOutput(write_stream, unanswered)

@@ -17,7 +17,7 @@ import queue
 import select
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -29,18 +29,22 @@ _END = object()
 
 
 @contextlib.asynccontextmanager
-async def stdio_transport(wire_in: int = 0, wire_out: int = 1) -> AsyncIterator[tuple[Any, Any]]:
+async def stdio_transport(
+    wire_in: int = 0, wire_out: int = 1, on_hangup: Callable[[], None] = lambda: None
+) -> AsyncIterator[tuple[Any, Any]]:
     """The SDK's stdio_server over `wire_in` and `wire_out`, whose numbers read /dev/null and write to stderr
     while it serves, as the SDK's own claim does: nothing else in the process reads the client's messages or
     writes on the protocol stream. A stdout that fails (the client closed its end, or any other error, logged)
-    ends it with BrokenPipeError."""
+    ends it with BrokenPipeError. `on_hangup` runs, on the event loop, when the client closes its end of a pipe or
+    socket stdin, maybe long before the server has read the lines it left."""
     from mcp.server.stdio import stdio_server
 
     with _claimed(wire_in, _null_input) as reading, _claimed(wire_out, _stderr_output) as writing:
         writer = _LineWriter(writing)
         async with anyio.create_task_group() as group:
             group.start_soon(writer.fail_when_broken)
-            async with stdio_server(stdin=_LineReader(reading), stdout=writer) as streams:  # type: ignore[arg-type]
+            reader = _LineReader(reading, on_hangup)
+            async with stdio_server(stdin=reader, stdout=writer) as streams:  # type: ignore[arg-type]
                 yield streams
             await writer.written(0)
             group.cancel_scope.cancel()
@@ -77,14 +81,15 @@ class _LineReader:
     """The wire's lines, read as the SDK's own file reads them (UTF-8, bad bytes replaced, universal newlines), on
     a thread of its own at most one line ahead of the server."""
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self, fd: int, on_hangup: Callable[[], None]) -> None:
+        self._fd, self._on_hangup = fd, on_hangup
 
     def __aiter__(self) -> _LineReader:
         self._loop = asyncio.get_running_loop()  # anyio.run's default backend
         self._lines: asyncio.Queue[Any] = asyncio.Queue()
         self._taken = threading.Semaphore(0)
         threading.Thread(target=self._read, name="skill-mcp stdin", daemon=True).start()
+        threading.Thread(target=self._watch_hangup, name="skill-mcp stdin hangup", daemon=True).start()
         return self
 
     async def __anext__(self) -> str:
@@ -112,6 +117,19 @@ class _LineReader:
 
     def _hand(self, item: Any) -> None:
         self._loop.call_soon_threadsafe(self._lines.put_nowait, item)
+
+    def _watch_hangup(self) -> None:
+        # A pipe reports the client's close at once, lines still unread; a socket's, asked (POLLRDHUP). A file or
+        # /dev/null reports nothing, and its end is read.
+        hangup = select.poll()
+        hangup.register(self._fd, select.POLLRDHUP)
+        try:
+            events = hangup.poll()
+        except OSError:
+            return
+        if any(happened & (select.POLLHUP | select.POLLRDHUP) for _, happened in events):
+            with contextlib.suppress(RuntimeError):  # the event loop has closed: the server is gone
+                self._loop.call_soon_threadsafe(self._on_hangup)
 
 
 class _LineWriter:

@@ -222,6 +222,29 @@ def test_a_client_that_stops_reading_stdout_does_not_hold_the_exit(tmp_path) -> 
     assert [event["reason"] for event in events if event["event"] == "shutdown"] == ["eof"]
 
 
+def test_a_backlog_of_requests_left_in_stdin_does_not_hold_the_exit(tmp_path) -> None:
+    # §5.1 counts 5 s from the client's close, not from the server's reading of its last line: 300 reads of
+    # 4.4 MB each, left in the pipe, took 8 s to reach the end of input, and the exit came 2 s after that.
+    write_skill(tmp_path / "skills", "big", files={name: "x" * 1_100_000 for name in "abcd"})
+    read = {"name": "skill_file", "arguments": {"name": "big", "paths": list("abcd")}}  # all 300 fit in the pipe
+    calls = [{"jsonrpc": "2.0", "id": index, "method": "tools/call", "params": read} for index in range(1, 301)]
+    stderr_path = tmp_path / "stderr"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+            env=clean_environ(SKILLS_DIR=str(tmp_path / "skills")),
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while b'"event": "ready"' not in stderr_path.read_bytes():
+            assert time.monotonic() < deadline and process.poll() is None, "the server never became ready"
+            time.sleep(0.01)
+        process.stdin.write(handshake_lines(0) + "".join(json.dumps(call) + "\n" for call in calls).encode())
+        process.stdin.close()
+        ended = time.monotonic()
+        code = process.wait(timeout=EXIT_SECONDS + 10)
+    assert code == 0 and time.monotonic() - ended < EXIT_SECONDS
+
+
 def test_a_client_that_closed_stdout_is_no_crash(tmp_path) -> None:
     # A crashed client: writing an answer raises BrokenPipeError, which used to end the server with a traceback
     # on stderr and exit status 1.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import threading
@@ -50,6 +51,29 @@ def collected(fd: int, lines: int) -> Iterator[bytearray]:
         yield received
     finally:
         reader.join(10)
+
+
+@pytest.mark.parametrize("stdin", ["pipe", "socket"])
+async def test_the_clients_close_is_seen_while_the_lines_it_left_are_still_unread(stdin: str) -> None:
+    # §5.1's 5 s count from the client's close, which a backlog of lines would hide until they were all read.
+    if stdin == "pipe":
+        wire_in, client_out = os.pipe()
+    else:
+        wire_in, client_out = (each.detach() for each in socket.socketpair())
+    client_in, wire_out = os.pipe()
+    os.write(client_out, b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n' * 3)
+    hung_up = anyio.Event()
+    async with stdio_transport(wire_in, wire_out, on_hangup=hung_up.set) as (read_stream, write_stream):
+        with anyio.fail_after(5):
+            await read_stream.receive()
+        assert not hung_up.is_set()
+        os.close(client_out)
+        with anyio.fail_after(5):
+            await hung_up.wait()  # two lines are still to be read
+        assert [(await read_stream.receive()).message.id for _ in range(2)] == [1, 1]
+        await write_stream.aclose()
+    for fd in (wire_in, client_in, wire_out):
+        os.close(fd)
 
 
 async def test_the_sdk_reads_and_writes_the_given_pipes_through_the_transports_threads() -> None:
