@@ -28,6 +28,10 @@ ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 
 EXIT_DEADLINE_SECONDS = 4.5
 SHUTDOWN_WAIT_SECONDS = 0.3  # the watchdog's wait for a shutdown under way: the exit still comes within 5 s
 IDS_LOGGED = 16  # of a batch's request ids, in its `message.unreadable` line
+# Requests read and not yet answered, beyond which no more is read while answers wait to be written: each holds
+# its answer until then, and a client that stops reading stdout would otherwise have every line it sent make one
+# (a 4 MiB read, say). While answers flow, slow requests do not stop a ping or a cancellation being read.
+MAX_REQUESTS_IN_FLIGHT = 16
 STDERR_DRAIN_SECONDS = 0.1  # for the log lines not yet written, shutdown's among them, when exiting at once
 
 
@@ -115,6 +119,9 @@ class _Unanswered:
 
     def __init__(self) -> None:
         self._waiting: Counter[RequestId] = Counter()  # by the SDK's own id rules: "7" is 7, true is no id
+        self._in_flight = 0  # the total of `_waiting`
+        self._sending = 0  # answers handed to the writer and not yet taken: it is behind
+        self._room: anyio.Event | None = None  # only while reading waits for an answer to be written
         self._all_answered: anyio.Event | None = None  # only while draining
 
     def read(self, item: Any) -> None:
@@ -122,10 +129,16 @@ class _Unanswered:
         if isinstance(message, types.JSONRPCRequest):
             if not (message.method == "tools/call" and (message.params or {}).get("name") == "skill_run"):
                 self._waiting[coerce_request_id(message.id)] += 1
+                self._in_flight += 1
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             cancelled = as_request_id((message.params or {}).get("requestId"))
             if cancelled is not None:  # the SDK writes nothing for a cancelled request
                 self._settle(coerce_request_id(cancelled))
+
+    def sending(self, started: bool) -> None:
+        """An answer handed to the writer (`started`), or taken by it: while one waits, the writer is behind."""
+        self._sending += 1 if started else -1
+        self._make_room()
 
     def written(self, item: Any) -> None:
         message = getattr(item, "message", None)
@@ -133,12 +146,29 @@ class _Unanswered:
             self._settle(coerce_request_id(message.id))
 
     def _settle(self, request_id: RequestId) -> None:
-        if self._waiting[request_id] > 1:
-            self._waiting[request_id] -= 1
-        else:
-            self._waiting.pop(request_id, None)
+        waiting = self._waiting.pop(request_id, 0)
+        if waiting > 1:
+            self._waiting[request_id] = waiting - 1
+        self._in_flight -= min(waiting, 1)
+        self._make_room()
         if not self._waiting and self._all_answered is not None:
             self._all_answered.set()
+
+    def _full(self) -> bool:
+        return self._in_flight >= MAX_REQUESTS_IN_FLIGHT and self._sending > 0
+
+    def _make_room(self) -> None:
+        if self._room is not None and not self._full():
+            self._room.set()
+            self._room = None
+
+    async def room(self) -> None:
+        """Returns at once unless MAX_REQUESTS_IN_FLIGHT requests wait for their answer while answers wait to be
+        written; then once either is no longer so."""
+        while self._full():
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
 
     async def drain(self) -> None:
         if not self._waiting:
@@ -181,6 +211,7 @@ class _WatchedInput(_Watched):
         while True:
             if self._failed_answers:
                 return self._failed_answers.popleft()
+            await self._unanswered.room()
             try:
                 item = await self._stream.__anext__()
             except StopAsyncIteration:
@@ -232,5 +263,9 @@ class _WatchedOutput(_Watched):
     """Notes each answer written."""
 
     async def send(self, item: Any) -> None:
-        await self._stream.send(item)
+        self._unanswered.sending(True)
+        try:
+            await self._stream.send(item)
+        finally:
+            self._unanswered.sending(False)
         self._unanswered.written(item)

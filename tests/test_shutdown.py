@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -20,6 +21,7 @@ from wire import EXIT_SECONDS, LineClient, clean_environ, legacy_handshake, tool
 from skill_mcp.lifecycle import (
     ANSWER_DRAIN_SECONDS,
     EXIT_DEADLINE_SECONDS,
+    MAX_REQUESTS_IN_FLIGHT,
     SHUTDOWN_WAIT_SECONDS,
     _Shutdown,
     _Unanswered,
@@ -222,27 +224,50 @@ def test_a_client_that_stops_reading_stdout_does_not_hold_the_exit(tmp_path) -> 
     assert [event["reason"] for event in events if event["event"] == "shutdown"] == ["eof"]
 
 
-def test_a_backlog_of_requests_left_in_stdin_does_not_hold_the_exit(tmp_path) -> None:
-    # §5.1 counts 5 s from the client's close, not from the server's reading of its last line: 300 reads of
-    # 4.4 MB each, left in the pipe, took 8 s to reach the end of input, and the exit came 2 s after that.
+def big_reads_server(tmp_path, reads: int, stdout: Any) -> subprocess.Popen:
+    """A booted server whose stdin holds `reads` requests of 4.4 MB each (all fit in the pipe), still open."""
     write_skill(tmp_path / "skills", "big", files={name: "x" * 1_100_000 for name in "abcd"})
-    read = {"name": "skill_file", "arguments": {"name": "big", "paths": list("abcd")}}  # all 300 fit in the pipe
-    calls = [{"jsonrpc": "2.0", "id": index, "method": "tools/call", "params": read} for index in range(1, 301)]
+    read = {"name": "skill_file", "arguments": {"name": "big", "paths": list("abcd")}}
+    calls = [{"jsonrpc": "2.0", "id": index, "method": "tools/call", "params": read} for index in range(1, reads + 1)]
     stderr_path = tmp_path / "stderr"
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+            [sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
             env=clean_environ(SKILLS_DIR=str(tmp_path / "skills")),
         )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while b'"event": "ready"' not in stderr_path.read_bytes():
-            assert time.monotonic() < deadline and process.poll() is None, "the server never became ready"
-            time.sleep(0.01)
-        process.stdin.write(handshake_lines(0) + "".join(json.dumps(call) + "\n" for call in calls).encode())
-        process.stdin.close()
-        ended = time.monotonic()
-        code = process.wait(timeout=EXIT_SECONDS + 10)
-    assert code == 0 and time.monotonic() - ended < EXIT_SECONDS
+    deadline = time.monotonic() + 30
+    while b'"event": "ready"' not in stderr_path.read_bytes():
+        assert time.monotonic() < deadline and process.poll() is None, "the server never became ready"
+        time.sleep(0.01)
+    process.stdin.write(handshake_lines(0) + "".join(json.dumps(call) + "\n" for call in calls).encode())
+    process.stdin.flush()
+    return process
+
+
+def test_a_backlog_of_requests_left_in_stdin_does_not_hold_the_exit(tmp_path) -> None:
+    # §5.1 counts 5 s from the client's close, not from the server's reading of its last line: 300 reads left in
+    # the pipe took 8 s to reach the end of input, and the exit came 2 s after that.
+    process = big_reads_server(tmp_path, 300, subprocess.DEVNULL)
+    process.stdin.close()
+    ended = time.monotonic()
+    assert process.wait(timeout=EXIT_SECONDS + 10) == 0 and time.monotonic() - ended < EXIT_SECONDS
+
+
+def test_a_client_that_does_not_read_its_answers_holds_at_most_a_few_in_the_servers_memory(tmp_path) -> None:
+    # Each request read holds its answer until it is written: 100 unread reads of 4.4 MB took 475 MB, not read
+    # past MAX_REQUESTS_IN_FLIGHT they take ~135 MB. Measured once the peak stops growing.
+    process = big_reads_server(tmp_path, 100, subprocess.PIPE)
+    peaks, deadline = [0], time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        with open(f"/proc/{process.pid}/status") as status:
+            peaks.append(next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) * 1024)
+        if peaks[-1] == peaks[-2]:
+            break
+    process.stdin.close()
+    assert process.wait(timeout=EXIT_SECONDS + 5) == 0
+    process.stdout.close()
+    assert peaks[-1] < 250 * 1024 * 1024, peaks
 
 
 def test_a_client_that_closed_stdout_is_no_crash(tmp_path) -> None:
@@ -283,6 +308,26 @@ def test_request_ids_follow_the_sdks_rules() -> None:
         unanswered.read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)))
     unanswered.written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
     assert dict(unanswered._waiting) == {1: 1}  # the second request 1 still waits; 7 was cancelled
+    unanswered.written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=7, result={})))  # a late answer
+    assert unanswered._in_flight == 1
+
+
+@pytest.mark.anyio
+async def test_reading_waits_while_max_requests_wait_for_their_answer_and_answers_wait_to_be_written() -> None:
+    unanswered = _Unanswered()
+    for request_id in range(MAX_REQUESTS_IN_FLIGHT):
+        unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
+    run = {"name": "skill_run", "arguments": {}}  # waits on the user, never on the client's reading
+    unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id="run", method="tools/call", params=run)))
+    with anyio.fail_after(1):  # slow requests while answers flow: a ping or a cancellation is still read
+        await unanswered.room()
+    unanswered.sending(True)  # an answer the writer has not taken: the client is not reading
+    with anyio.move_on_after(0.2) as waited:
+        await unanswered.room()
+    assert waited.cancelled_caught
+    unanswered.read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 3})))
+    with anyio.fail_after(1):
+        await unanswered.room()
 
 
 @pytest.mark.anyio
