@@ -21,7 +21,7 @@ from mcp_types import RequestId
 
 from .logs import get_logger
 from .stderr import drain_stderr
-from .transport import stdio_transport
+from .transport import reports_hangup, stdio_transport
 from .unreadable import Unreadable, lost_request_id, unreadable_message
 
 ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
@@ -81,8 +81,9 @@ async def serve_stdio(
         await group.start(watch_signals)
         on_listening()
         try:
+            hangs_up = reports_hangup(0)  # read before the transport puts /dev/null there
             async with stdio_transport(on_hangup=arm_exit_deadline) as (read_stream, write_stream):
-                unanswered = _Unanswered()
+                unanswered = _Unanswered(may_pause=hangs_up)
                 messages = _WatchedInput(read_stream, unanswered, input_ended, _Refusals(write_stream, group))
                 answers = _WatchedOutput(write_stream, unanswered)
                 await server.run(messages, answers, server.create_initialization_options())  # type: ignore[arg-type]
@@ -117,7 +118,8 @@ class _Unanswered:
     lose their answers: the end of input waits for these, at most ANSWER_DRAIN_SECONDS. A skill_run is not waited for:
     its answer may wait on the user, who can no longer reply, and the end of input stops runs (§5.1)."""
 
-    def __init__(self) -> None:
+    def __init__(self, may_pause: bool = True) -> None:
+        self._may_pause = may_pause  # only where the client's close is seen unread: the exit deadline needs it
         self._waiting: Counter[RequestId] = Counter()  # by the SDK's own id rules: "7" is 7, true is no id
         self._in_flight = 0  # the total of `_waiting`
         self._sending = 0  # answers handed to the writer and not yet taken: it is behind
@@ -155,7 +157,7 @@ class _Unanswered:
             self._all_answered.set()
 
     def _full(self) -> bool:
-        return self._in_flight >= MAX_REQUESTS_IN_FLIGHT and self._sending > 0
+        return self._may_pause and self._in_flight >= MAX_REQUESTS_IN_FLIGHT and self._sending > 0
 
     def _make_room(self) -> None:
         if self._room is not None and not self._full():

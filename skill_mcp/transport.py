@@ -15,6 +15,7 @@ import io
 import os
 import queue
 import select
+import stat
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -48,6 +49,16 @@ async def stdio_transport(
                 yield streams
             await writer.written(0)
             group.cancel_scope.cancel()
+
+
+def reports_hangup(fd: int) -> bool:
+    """Whether `fd` tells of its writer's close before what was written is read: a pipe or a socket does; a file,
+    /dev/null or a terminal does not (its end is known only once read)."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 @contextlib.contextmanager
@@ -89,7 +100,8 @@ class _LineReader:
         self._lines: asyncio.Queue[Any] = asyncio.Queue()
         self._taken = threading.Semaphore(0)
         threading.Thread(target=self._read, name="skill-mcp stdin", daemon=True).start()
-        threading.Thread(target=self._watch_hangup, name="skill-mcp stdin hangup", daemon=True).start()
+        if reports_hangup(self._fd):
+            threading.Thread(target=self._watch_hangup, name="skill-mcp stdin hangup", daemon=True).start()
         return self
 
     async def __anext__(self) -> str:
@@ -119,8 +131,7 @@ class _LineReader:
         self._loop.call_soon_threadsafe(self._lines.put_nowait, item)
 
     def _watch_hangup(self) -> None:
-        # A pipe reports the client's close at once, lines still unread; a socket's, asked (POLLRDHUP). A file or
-        # /dev/null reports nothing, and its end is read.
+        # A pipe reports the client's close at once, lines still unread; a socket's, asked (POLLRDHUP).
         hangup = select.poll()
         hangup.register(self._fd, select.POLLRDHUP)
         try:

@@ -116,36 +116,35 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 def _top_level(text: str) -> dict[str, Any]:
     """The members of the JSON object `text`, read without recursion: flat values as they are, nested ones as
-    _NESTED; {} when `text` is no such object. It runs on the event loop, so it steps over a run of brackets or of
-    plain characters at once, and stops after _TOP_LEVEL_STEPS steps with the members read by then."""
+    _NESTED; {} when `text` is no such object. It runs on the event loop, so it goes from string to string,
+    counting the brackets between them at C speed, and stops after _TOP_LEVEL_STRINGS strings with the members
+    read by then."""
     if not text.lstrip().startswith("{"):
         return {}
     decoder, members, depth, index = json.JSONDecoder(), {}, 0, 0
     try:
-        for _ in range(_TOP_LEVEL_STEPS):
-            if index >= len(text):
+        for _ in range(_TOP_LEVEL_STRINGS):
+            quote = text.find('"', index)
+            end = len(text) if quote < 0 else quote
+            depth += sum(text.count(bracket, index, end) for bracket in "{[") - sum(
+                text.count(bracket, index, end) for bracket in "}]"
+            )
+            if quote < 0:
                 break
-            if text[index] == '"':
-                string, index = json.decoder.scanstring(text, index + 1)
-                colon = _WHITESPACE.match(text, index).end()
-                if depth == 1 and text[colon : colon + 1] == ":":
-                    value = _WHITESPACE.match(text, colon + 1).end()
-                    if text[value : value + 1] in ("{", "["):
-                        members[string], index = _NESTED, value
-                    else:
-                        members[string], index = decoder.raw_decode(text, value)
-                continue
-            run = _RUN.match(text, index)
-            if run.lastindex is not None:  # a run of openers (group 1) or of closers (group 2)
-                depth += (run.end() - index) * (1 if run.lastindex == 1 else -1)
-            index = run.end()
+            string, index = json.decoder.scanstring(text, quote + 1)
+            colon = _WHITESPACE.match(text, index).end()
+            if depth == 1 and text[colon : colon + 1] == ":":
+                value = _WHITESPACE.match(text, colon + 1).end()
+                if text[value : value + 1] in ("{", "["):
+                    members[string], index = _NESTED, value
+                else:
+                    members[string], index = decoder.raw_decode(text, value)
     except ValueError:
         return {}
     return members
 
 
-_RUN = re.compile(r'([{\[]+)|([}\]]+)|[^"{}\[\]]+')
-_TOP_LEVEL_STEPS = 100_000  # a few tens of milliseconds; a message's own members come before that many runs
+_TOP_LEVEL_STRINGS = 100_000  # a few tens of milliseconds; a message's own members come before that many strings
 
 
 def _is_the_message(detail: Any) -> bool:

@@ -224,11 +224,17 @@ def test_a_client_that_stops_reading_stdout_does_not_hold_the_exit(tmp_path) -> 
     assert [event["reason"] for event in events if event["event"] == "shutdown"] == ["eof"]
 
 
-def big_reads_server(tmp_path, reads: int, stdout: Any) -> subprocess.Popen:
-    """A booted server whose stdin holds `reads` requests of 4.4 MB each (all fit in the pipe), still open."""
+def big_reads(tmp_path, reads: int) -> bytes:
+    """The handshake and `reads` requests of 4.4 MB each, for a skill written under tmp_path/skills."""
     write_skill(tmp_path / "skills", "big", files={name: "x" * 1_100_000 for name in "abcd"})
     read = {"name": "skill_file", "arguments": {"name": "big", "paths": list("abcd")}}
     calls = [{"jsonrpc": "2.0", "id": index, "method": "tools/call", "params": read} for index in range(1, reads + 1)]
+    return handshake_lines(0) + "".join(json.dumps(call) + "\n" for call in calls).encode()
+
+
+def big_reads_server(tmp_path, reads: int, stdout: Any) -> subprocess.Popen:
+    """A booted server whose stdin holds `reads` requests of 4.4 MB each (all fit in the pipe), still open."""
+    lines = big_reads(tmp_path, reads)
     stderr_path = tmp_path / "stderr"
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(
@@ -239,7 +245,7 @@ def big_reads_server(tmp_path, reads: int, stdout: Any) -> subprocess.Popen:
     while b'"event": "ready"' not in stderr_path.read_bytes():
         assert time.monotonic() < deadline and process.poll() is None, "the server never became ready"
         time.sleep(0.01)
-    process.stdin.write(handshake_lines(0) + "".join(json.dumps(call) + "\n" for call in calls).encode())
+    process.stdin.write(lines)
     process.stdin.flush()
     return process
 
@@ -268,6 +274,22 @@ def test_a_client_that_does_not_read_its_answers_holds_at_most_a_few_in_the_serv
     assert process.wait(timeout=EXIT_SECONDS + 5) == 0
     process.stdout.close()
     assert peaks[-1] < 250 * 1024 * 1024, peaks
+
+
+def test_with_stdin_a_file_and_stdout_unread_reading_never_pauses_and_the_exit_still_comes(tmp_path) -> None:
+    # A file tells nothing of its end until it is read: pausing there would leave the end of input, and the
+    # exit deadline armed by it, never reached.
+    (tmp_path / "requests").write_bytes(big_reads(tmp_path, 40))
+    with open(tmp_path / "requests", "rb") as requests:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "skill_mcp"], stdin=requests, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=clean_environ(SKILLS_DIR=str(tmp_path / "skills")),
+        )  # fmt: skip
+        try:
+            assert process.wait(timeout=EXIT_SECONDS + 20) == 0
+        finally:
+            process.kill()
+            process.stdout.close()
 
 
 def test_a_client_that_closed_stdout_is_no_crash(tmp_path) -> None:

@@ -58,13 +58,15 @@ def test_the_reason_names_what_is_wrong():
     assert refused(deep).error.message == "the message nests deeper than the server reads"
 
 
-def test_a_deep_message_is_read_for_its_id_a_run_of_brackets_at_a_time_within_a_bounded_number_of_steps():
-    # Read on the event loop: a 50 MB nest must not hold it (or a signal's exit) for seconds.
+def test_a_deep_message_is_read_for_its_id_from_string_to_string_within_a_bounded_number_of_strings():
+    # Read on the event loop: a 50 MB nest must not hold it (or a signal's exit) for seconds; brackets between
+    # strings are counted at C speed, however they are mixed with other characters.
     head, tail = '{"jsonrpc":"2.0","method":"ping","params":', ',"id":7}'
     assert refused(head + "[" * 1_000_000 + "]" * 1_000_000 + tail).request_ids == (7,)
+    assert refused(head + "[0," * 60_000 + "0" + "]" * 60_000 + tail).request_ids == (7,)
     assert refused(head + '["]", {"}": 1}]' + tail).request_ids == (7,)  # brackets inside strings are no nesting
-    # Past the step budget, what was not read yet is not read: this id comes after 400,000 runs.
-    assert refused(head + "[" * 5000 + "[]" * 200_000 + "]" * 5000 + tail).request_ids == ()
+    # Past the budget of strings, what was not read yet is not read: this id comes after 200,000 strings.
+    assert refused(head + "[" * 5000 + '"a",' * 200_000 + "0" + "]" * 5000 + tail).request_ids == ()
 
 
 def test_each_request_in_a_batch_is_refused_by_its_own_id():
