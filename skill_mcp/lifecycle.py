@@ -121,7 +121,6 @@ class _Unanswered:
     def __init__(self, may_pause: bool = True) -> None:
         self._may_pause = may_pause  # only where the client's close is seen unread: the exit deadline needs it
         self._waiting: Counter[RequestId] = Counter()  # by the SDK's own id rules: "7" is 7, true is no id
-        self._in_flight = 0  # the total of `_waiting`
         self._sending = 0  # answers handed to the writer and not yet taken: it is behind
         self._room: anyio.Event | None = None  # only while reading waits for an answer to be written
         self._all_answered: anyio.Event | None = None  # only while draining
@@ -131,7 +130,6 @@ class _Unanswered:
         if isinstance(message, types.JSONRPCRequest):
             if not (message.method == "tools/call" and (message.params or {}).get("name") == "skill_run"):
                 self._waiting[coerce_request_id(message.id)] += 1
-                self._in_flight += 1
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             cancelled = as_request_id((message.params or {}).get("requestId"))
             if cancelled is not None:  # the SDK writes nothing for a cancelled request
@@ -148,16 +146,16 @@ class _Unanswered:
             self._settle(coerce_request_id(message.id))
 
     def _settle(self, request_id: RequestId) -> None:
-        waiting = self._waiting.pop(request_id, 0)
-        if waiting > 1:
-            self._waiting[request_id] = waiting - 1
-        self._in_flight -= min(waiting, 1)
+        if self._waiting[request_id] > 1:
+            self._waiting[request_id] -= 1
+        else:
+            self._waiting.pop(request_id, None)
         self._make_room()
         if not self._waiting and self._all_answered is not None:
             self._all_answered.set()
 
     def _full(self) -> bool:
-        return self._may_pause and self._in_flight >= MAX_REQUESTS_IN_FLIGHT and self._sending > 0
+        return self._may_pause and self._sending > 0 and self._waiting.total() >= MAX_REQUESTS_IN_FLIGHT
 
     def _make_room(self) -> None:
         if self._room is not None and not self._full():

@@ -44,8 +44,7 @@ async def stdio_transport(
         writer = _LineWriter(writing)
         async with anyio.create_task_group() as group:
             group.start_soon(writer.fail_when_broken)
-            reader = _LineReader(reading, on_hangup)
-            async with stdio_server(stdin=reader, stdout=writer) as streams:  # type: ignore[arg-type]
+            async with stdio_server(stdin=_LineReader(reading, on_hangup), stdout=writer) as streams:  # type: ignore[arg-type]
                 yield streams
             await writer.written(0)
             group.cancel_scope.cancel()

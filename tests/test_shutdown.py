@@ -331,7 +331,7 @@ def test_request_ids_follow_the_sdks_rules() -> None:
     unanswered.written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
     assert dict(unanswered._waiting) == {1: 1}  # the second request 1 still waits; 7 was cancelled
     unanswered.written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=7, result={})))  # a late answer
-    assert unanswered._in_flight == 1
+    assert unanswered._waiting.total() == 1
 
 
 @pytest.mark.anyio
