@@ -139,8 +139,8 @@ def serve() -> int:
         from .deployment import build_deployment
         from .lifecycle import serve_stdio
         from .logs import configure_logging, get_logger, log_boot, log_ready
+        from .reaper import collect_adopted_as_they_die
         from .run_tool import RunService
-        from .runner import collect_adopted_as_they_die
         from .server import build_server
 
     deployment, warnings = build_deployment(environ, scrub=scrub, non_dumpable=non_dumpable)

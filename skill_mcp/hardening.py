@@ -163,7 +163,7 @@ def make_non_dumpable() -> bool:
 
 def adopt_orphans() -> bool:
     """Make this process the reaper of its descendants' orphans, so what a script leaves running stays reachable
-    as a child of the server (runner.py kills it there). Only for a process that starts nothing but scripts, since
+    as a child of the server (reaper.py kills it there). Only for a process that starts nothing but scripts, since
     every child it has then is a script's. False where prctl cannot."""
     if not prctl_available():
         return False

@@ -1,7 +1,7 @@
 """`skill_run` (SPEC §9.1): the preview stage, the confirmation gate's three paths, one run at a time.
 
-The pieces live elsewhere (confirm.py seals and words, runner.py spawns and bounds); this module orders the
-checks and talks to the MCP session.
+The pieces live elsewhere (confirm.py seals and words, runner.py spawns and bounds, reaper.py kills what is left);
+this module orders the checks and talks to the MCP session.
 """
 
 from __future__ import annotations
@@ -28,17 +28,8 @@ from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES
 from .logs import get_logger
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir, is_missing
-from .runner import (
-    RunOutcome,
-    SpawnFailed,
-    build_argv,
-    kill_for_exit,
-    kill_process_group,
-    leader_collected,
-    network_note,
-    run_process,
-    script_environment,
-)
+from .reaper import kill_for_exit, kill_process_group, wait_leader_reaped
+from .runner import RunOutcome, SpawnFailed, build_argv, network_note, run_process, script_environment
 from .schemas import schema_violation
 from .text import cut, encodes_as_utf8, json_for_people, quoted_path
 from .tools import (
@@ -397,7 +388,7 @@ class RunService:
                 # would sweep the next run's processes as left behind.
                 self._collecting = anyio.Event()
                 with anyio.move_on_after(LEADER_WAIT_SECONDS, shield=True):
-                    await leader_collected(active.pid)
+                    await wait_leader_reaped(active.pid)
             self._busy = False
             self._active = None
             if self._collecting is not None:

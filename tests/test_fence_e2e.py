@@ -166,10 +166,10 @@ def sandbox() -> Path:
     shutil.copytree(sysconfig.get_paths()["purelib"], site, ignore=shutil.ignore_patterns("__pycache__", "*.pth"))
     shutil.copytree(Path(REPO) / "skill_mcp", site / "skill_mcp", ignore=shutil.ignore_patterns("__pycache__"))
     # A sweep that waits its budget out then stands out from any slowness of a loaded machine.
-    runner = site / "skill_mcp" / "runner.py"
-    source = runner.read_text()
+    reaper = site / "skill_mcp" / "reaper.py"
+    source = reaper.read_text()
     assert "\n_SWEEP_BUDGET_S = 2.0 " in source
-    runner.write_text(source.replace("\n_SWEEP_BUDGET_S = 2.0 ", "\n_SWEEP_BUDGET_S = 10.0 "))
+    reaper.write_text(source.replace("\n_SWEEP_BUDGET_S = 2.0 ", "\n_SWEEP_BUDGET_S = 10.0 "))
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     (root / "skills" / "locked" / "private").chmod(0o700)  # root's: uid 10001 may not enter it

@@ -1431,7 +1431,7 @@ async def test_a_run_called_while_a_stopped_runs_leader_is_collected_waits_for_i
         collected.set()
 
     monkeypatch.setattr(run_tool, "run_process", first_one_stops)
-    monkeypatch.setattr(run_tool, "leader_collected", slow_collection)
+    monkeypatch.setattr(run_tool, "wait_leader_reaped", slow_collection)
     service = fence.service()
     async with connect(service.deployment, "legacy", service.call) as client:
         first, second = await token_for(client, call()), await token_for(client, call(args=["b"]))

@@ -20,12 +20,12 @@ from support import as_unprivileged, fails_after
 from skill_mcp import runner
 from skill_mcp.hardening import ChildLimits
 from skill_mcp.limits import MAX_OUTPUT_BYTES
+from skill_mcp.reaper import kill_process_group
 from skill_mcp.runner import (
     NETWORK_NOTE,
     RunOutcome,
     SpawnFailed,
     build_argv,
-    kill_process_group,
     network_note,
     run_process,
     script_environment,
