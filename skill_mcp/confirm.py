@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeGuard
 
 from .config import CONFIRM_MODES, TTL_MAX_SECONDS
-from .text import json_for_people, os_error_text
+from .text import encodable, json_for_people, os_error_text
 
 ACTION = "skill.run"
 
@@ -437,4 +437,4 @@ def elicitation_question(will_run: dict[str, Any]) -> tuple[str, dict[str, Any]]
         },
         "required": ["confirmed"],
     }
-    return f"Review and confirm running this skill script:\n{details}", schema
+    return encodable(f"Review and confirm running this skill script:\n{details}"), schema

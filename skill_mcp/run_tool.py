@@ -501,6 +501,8 @@ def _decision(answer: Any) -> str:
     action = answer.get("action")
     if action == "accept":
         content = answer.get("content") or {}
+        if not isinstance(content, dict):
+            return "failed"  # no form's fields: a sampling result's content, say, answered the question
         return "accepted" if content.get("confirmed") is True else "declined"
     return {"decline": "declined", "cancel": "cancelled"}.get(action, "failed")
 

@@ -44,7 +44,8 @@ def text_result(text: str, *, is_error: bool = False) -> dict[str, Any]:
 
 
 def failure_result(failure: ToolFailure) -> dict[str, Any]:
-    return text_result(failure.text(), is_error=True)
+    # A refusal may quote a path under a non-UTF-8 root or data directory: lone surrogates no answer can carry.
+    return text_result(encodable(failure.text()), is_error=True)
 
 
 def minified(value: Any) -> str:

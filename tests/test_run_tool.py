@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from pydantic import TypeAdapter
 from structlog.testing import capture_logs
 from support import ERAS, REPO, connect, deployment_for, error_text, payload, write_skill
 
@@ -853,6 +854,23 @@ async def test_path2_answers_without_state_or_acceptance(fence: Fence) -> None:
     assert error_text(without) == WITHOUT_STATE
     assert payload(declined) == NOT_CONFIRMED
     assert payload(garbage_declined) == NOT_CONFIRMED
+    assert fence.runs() == []
+
+
+async def test_path2_an_acceptance_that_is_no_form_answer_is_a_failed_confirmation(fence: Fence) -> None:
+    # The SDK reads inputResponses.confirm as any input response: a sampling result's content is a list, not a
+    # form's fields. It is not the user's approval, and not an internal error either.
+    service = fence.service()
+    sampled = {"action": "accept", "content": [{"type": "text", "text": "x"}], "role": "assistant", "model": "m"}
+    with capture_logs() as logs:
+        async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as client:
+            state = assert_asked(await ask(client, call()), fence)
+            params = {"name": "skill_run", "arguments": call(), "inputResponses": {"confirm": sampled},
+                      "requestState": state}  # fmt: skip
+            answer = await client.session.send_request(
+                types.Request[dict[str, Any], str](method="tools/call", params=params), TypeAdapter(dict[str, Any]))
+    assert json.loads(answer["content"][0]["text"]) == NOT_CONFIRMED
+    assert [e["decision"] for e in events(logs) if e["event"] == "run.confirm"] == ["asked", "failed"]
     assert fence.runs() == []
 
 

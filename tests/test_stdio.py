@@ -731,3 +731,49 @@ def test_an_unrelated_cwd_serves_the_bundled_demo(tmp_path, launcher):
         client.close_stdin()
         assert client.wait() == 0
     assert_stdout_is_only_json_rpc(client)
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", MODERN])
+def test_the_confirmation_question_under_a_non_utf8_root_is_asked_with_json_escapes(tmp_path, era):
+    # The question shows willRun.cwd, a lone surrogate here; the SDK's writer died on it, taking the session down.
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/r\xffoot"))
+    write_skill(root, "asks", ASKING_SKILL, files={"run.py": "print('ran')\n"})
+    asking, accepted = {"elicitation": {}}, {"action": "accept", "content": {"confirmed": True}}
+    run = {"name": "skill_run", "arguments": {"name": "asks", "script": "run.py"}}
+    with running(MODULE, clean_environ(SKILLS_DIR=str(root))) as client:
+        if era == MODERN:
+            envelope = {**ENVELOPE, "io.modelcontextprotocol/clientCapabilities": asking}
+            required = client.request("tools/call", {"_meta": envelope, **run})["result"]
+            question = required["inputRequests"]["confirm"]
+            ran = client.request("tools/call", {"_meta": envelope, **run, "inputResponses": {"confirm": accepted},
+                                                "requestState": required["requestState"]})  # fmt: skip
+        else:
+            client.request("initialize", {"protocolVersion": era, "capabilities": asking,
+                                          "clientInfo": {"name": "c", "version": "0"}})  # fmt: skip
+            client.notify("notifications/initialized")
+            client.send_line(json.dumps({"jsonrpc": "2.0", "id": "run", "method": "tools/call", "params": run}).encode())
+            question = client.next_message()
+            client.send_line(json.dumps({"jsonrpc": "2.0", "id": question["id"], "result": accepted}).encode())
+            ran = client.next_message()
+        client.close_stdin()
+        assert client.wait() == 0
+    assert question["method"] == "elicitation/create"
+    assert f'"cwd": "{tmp_path}/r\\udcffoot/asks"' in question["params"]["message"]
+    assert tool_payload(ran)["stdout"] == "ran\n"
+
+
+def test_a_spend_refused_under_a_non_utf8_data_dir_is_answered(root, tmp_path):
+    # The refusal names the data directory, a lone surrogate here: answered as an escape, nothing run.
+    write_skill(root, "asks", ASKING_SKILL, files={"run.py": "print('ran')\n"})
+    data_dir = os.fsdecode(bytes(tmp_path) + b"/d\xffata")  # absolute, and missing: the spend cannot be recorded
+    grant = json.dumps([{"skill": "asks", "script": "run.py"}])
+    environ = clean_environ(SKILLS_DIR=str(root), MCP_CONFIRM_SECRET="k", MCP_DATA_DIR=data_dir, MCP_SKILL_RUN=grant)
+    with running(MODULE, environ) as client:
+        legacy_handshake(client)
+        run = {"name": "asks", "script": "run.py"}
+        token = tool_payload(client.request("tools/call", {"name": "skill_run", "arguments": run}))["confirmToken"]
+        refused = client.request("tools/call", {"name": "skill_run", "arguments": {**run, "confirmToken": token}})
+        client.close_stdin()
+        assert client.wait() == 0
+    assert refused["result"]["isError"] is True
+    assert f"cannot record a spent approval in {tmp_path}/d\\udcffata" in refused["result"]["content"][0]["text"]
