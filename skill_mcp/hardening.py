@@ -30,6 +30,9 @@ INIT_HOLDS_ENVIRON = (
 )
 
 _DECIMAL = re.compile(rb"[0-9]+")
+# Indexes into stat_fields(): field N of proc(5)'s /proc/<pid>/stat sits at N - 3.
+STAT_STATE, STAT_PGRP, STAT_SESSION, STAT_START_TIME = 3 - 3, 5 - 3, 6 - 3, 22 - 3
+_STAT_ENV_START, _STAT_ENV_END = 50 - 3, 51 - 3
 # Loaded before any fork: the child's setup must not load libraries between fork and exec.
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
@@ -109,16 +112,20 @@ REAL_SCRUB_IO = ScrubIO(
 )
 
 
+def stat_fields(stat: bytes) -> list[bytes] | None:
+    """The fields after `comm` of a /proc/<pid>/stat line (index with the STAT_* constants), or None without one."""
+    close = stat.rfind(b")")  # `comm` may hold spaces and parentheses itself
+    return None if close < 0 else stat[close + 1 :].split()
+
+
 def environ_range(stat: bytes) -> tuple[int, int] | None:
-    """env_start/env_end (fields 50/51) of a /proc/<pid>/stat line, or None when unusable."""
-    close = stat.rfind(b")")
-    if close < 0:
+    """env_start/env_end of a /proc/<pid>/stat line, or None when unusable."""
+    fields = stat_fields(stat)
+    if fields is None or len(fields) <= _STAT_ENV_END:
         return None
-    fields = stat[close + 2 :].rstrip(b"\n").split(b" ")
-    # Field N (1-based) sits at index N-3 once pid and comm are cut off.
-    if len(fields) < 49 or not all(_DECIMAL.fullmatch(f) for f in fields[47:49]):
+    if not all(_DECIMAL.fullmatch(field) for field in (fields[_STAT_ENV_START], fields[_STAT_ENV_END])):
         return None
-    start, end = int(fields[47]), int(fields[48])
+    start, end = int(fields[_STAT_ENV_START]), int(fields[_STAT_ENV_END])
     if start <= 0 or end <= start:
         return None
     return start, end

@@ -46,29 +46,11 @@ async def serve_stdio(
     been read, before the requests read are answered (_Unanswered) and the SDK cancels the calls still in flight;
     `on_shutdown(reason)` runs once, at the end."""
     shutdown = _Shutdown(on_shutdown)
-
-    def exit_now(reason: str) -> None:
-        shutdown(reason)
-        sys.stdout.flush()
-        drain_stderr(STDERR_DRAIN_SECONDS)
-        os._exit(0)
-
-    deadline_armed = False
-
-    def arm_exit_deadline() -> None:
-        # From the client's close, which a pipe reports with lines still unread, else from the end of input read.
-        # Answers are written by a thread that no cancellation reaches: a client that stopped reading would hold
-        # the exit forever, so it is forced at the deadline.
-        nonlocal deadline_armed
-        if not deadline_armed:
-            deadline_armed = True
-            watchdog = threading.Timer(EXIT_DEADLINE_SECONDS, exit_now, ("eof",))
-            watchdog.daemon = True
-            watchdog.start()
+    deadline = _ExitDeadline(shutdown)
 
     def input_ended() -> None:
         on_input_end()
-        arm_exit_deadline()
+        deadline.arm()
 
     async with anyio.create_task_group() as group:
 
@@ -76,13 +58,13 @@ async def serve_stdio(
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
                 task_status.started()
                 async for _ in signals:
-                    exit_now("signal")  # stdin is read by a thread blocked in read(), so exit rather than cancel
+                    deadline.exit_now("signal")  # stdin is read by a thread blocked in read(): exit, not cancel
 
         await group.start(watch_signals)
         on_listening()
         try:
             hangs_up = reports_hangup(0)  # read before the transport puts /dev/null there
-            async with stdio_transport(on_hangup=arm_exit_deadline) as (read_stream, write_stream):
+            async with stdio_transport(on_hangup=deadline.arm) as (read_stream, write_stream):
                 unanswered = _Unanswered(may_pause=hangs_up)
                 messages = _WatchedInput(read_stream, unanswered, input_ended, _Refusals(write_stream, group))
                 answers = _WatchedOutput(write_stream, unanswered)
@@ -91,6 +73,28 @@ async def serve_stdio(
             pass  # the client closed its end of stdout: it has left, as if it had closed stdin
         group.cancel_scope.cancel()
     shutdown("eof")
+
+
+class _ExitDeadline:
+    """The exit within §5.1's 5 s. Answers are written by a thread that no cancellation reaches, so a client that
+    stopped reading would hold the exit forever: `arm` forces it EXIT_DEADLINE_SECONDS later, counted from the
+    client's close where a pipe reports it with lines still unread, else from the end of input read."""
+
+    def __init__(self, shutdown: _Shutdown) -> None:
+        self._shutdown = shutdown
+        self._armed = threading.Lock()  # armed once, from the loop or the transport's hangup watcher
+
+    def exit_now(self, reason: str) -> None:
+        self._shutdown(reason)
+        sys.stdout.flush()
+        drain_stderr(STDERR_DRAIN_SECONDS)
+        os._exit(0)
+
+    def arm(self) -> None:
+        if self._armed.acquire(blocking=False):
+            watchdog = threading.Timer(EXIT_DEADLINE_SECONDS, self.exit_now, ("eof",))
+            watchdog.daemon = True
+            watchdog.start()
 
 
 class _Shutdown:
@@ -125,7 +129,7 @@ class _Unanswered:
         self._room: anyio.Event | None = None  # only while reading waits for an answer to be written
         self._all_answered: anyio.Event | None = None  # only while draining
 
-    def read(self, item: Any) -> None:
+    def note_read(self, item: Any) -> None:
         message = getattr(item, "message", None)
         if isinstance(message, types.JSONRPCRequest):
             if not (message.method == "tools/call" and (message.params or {}).get("name") == "skill_run"):
@@ -135,12 +139,15 @@ class _Unanswered:
             if cancelled is not None:  # the SDK writes nothing for a cancelled request
                 self._settle(coerce_request_id(cancelled))
 
-    def sending(self, started: bool) -> None:
-        """An answer handed to the writer (`started`), or taken by it: while one waits, the writer is behind."""
-        self._sending += 1 if started else -1
+    def send_started(self) -> None:
+        """An answer handed to the writer: until it is taken, the writer is behind."""
+        self._sending += 1
+
+    def send_taken(self) -> None:
+        self._sending -= 1
         self._make_room()
 
-    def written(self, item: Any) -> None:
+    def note_written(self, item: Any) -> None:
         message = getattr(item, "message", None)
         if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) and message.id is not None:
             self._settle(coerce_request_id(message.id))
@@ -162,7 +169,7 @@ class _Unanswered:
             self._room.set()
             self._room = None
 
-    async def room(self) -> None:
+    async def wait_for_room(self) -> None:
         """Returns at once unless MAX_REQUESTS_IN_FLIGHT requests wait for their answer while answers wait to be
         written; then once either is no longer so."""
         while self._full():
@@ -211,7 +218,7 @@ class _WatchedInput(_Watched):
         while True:
             if self._failed_answers:
                 return self._failed_answers.popleft()
-            await self._unanswered.room()
+            await self._unanswered.wait_for_room()
             try:
                 item = await self._stream.__anext__()
             except StopAsyncIteration:
@@ -219,7 +226,7 @@ class _WatchedInput(_Watched):
                 await self._unanswered.drain()
                 raise
             if not isinstance(item, Exception):
-                self._unanswered.read(item)
+                self._unanswered.note_read(item)
                 self._refusals.note_lost_id(item)
                 return item
             unreadable = self._refusals.refuse(item)
@@ -263,9 +270,9 @@ class _WatchedOutput(_Watched):
     """Notes each answer written."""
 
     async def send(self, item: Any) -> None:
-        self._unanswered.sending(True)
+        self._unanswered.send_started()
         try:
             await self._stream.send(item)
         finally:
-            self._unanswered.sending(False)
-        self._unanswered.written(item)
+            self._unanswered.send_taken()
+        self._unanswered.note_written(item)

@@ -10,7 +10,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from skill_mcp.hardening import adopting_orphans
+from skill_mcp.hardening import STAT_PGRP, STAT_SESSION, STAT_START_TIME, STAT_STATE, adopting_orphans, stat_fields
 
 _SESSION_PASSES = 4
 _SWEEP_BUDGET_S = 2.0  # for killing what one script left: a chain of 1000 setsid links dies in about 0.5 s
@@ -31,7 +31,7 @@ _sweep_floor: int | None = None
 def track_leader(pid: int) -> None:
     """A script's leader has just been spawned: its Popen collects it, and sweeps spare what is older than it."""
     fields = _stat_fields(pid)
-    _LEADERS[pid] = (int(fields[19]) if fields else 0, asyncio.Event())
+    _LEADERS[pid] = (int(fields[STAT_START_TIME]) if fields else 0, asyncio.Event())
 
 
 def mark_leader_reaped(pid: int) -> None:
@@ -49,8 +49,8 @@ async def wait_leader_reaped(pid: int) -> None:
 
 def kill_process_group(pid: int, sig: int = signal.SIGKILL, deadline: float | None = None) -> bool:
     """Signal a script's whole process group, and every group a child made in the script's session with setpgid
-    (only setsid leaves the session); False when there was nothing to signal. `deadline` (monotonic) bounds the
-    sweep of what it left, by default `_SWEEP_BUDGET_S` from now."""
+    (only setsid leaves the session); False when there was nothing to signal. The sweep of what it left blocks the
+    calling thread until `deadline` (monotonic) at most, by default `_SWEEP_BUDGET_S` from now."""
     signalled = _signal(os.killpg, pid, sig)
     if sig == signal.SIGKILL and adopting_orphans():
         # Whatever survives the group kill descends from a dead process, so it is the server's child by now, or
@@ -77,32 +77,14 @@ def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
         return False  # collected already: what it left was swept as it exited
     born = _LEADERS[leader][0] if _sweep_floor is None else min(_LEADERS[leader][0], _sweep_floor)
     deadline = time.monotonic() + _SWEEP_BUDGET_S if deadline is None else deadline
-    # A child the server may not signal is another uid's (no_new_privs keeps a script's processes at its own):
-    # an operator's job under a PID 1 server, neither the script's to kill nor to wait for.
     foreign: set[int] = set()
     signalled, quiet_passes, first_pass = False, 0, True
     while quiet_passes < _QUIET_PASSES:
         if time.monotonic() >= deadline:
             _sweep_floor = born  # the next sweep goes on from here
             return signalled
-        members = [
-            (child, state) for child, state, start in _children()
-            if child not in _LEADERS and child not in foreign and start >= born
-        ]  # fmt: skip
-        killed, vanished = [], False
-        for child, state in members:
-            try:
-                os.kill(child, signal.SIGKILL)
-            except PermissionError:
-                foreign.add(child)
-                continue
-            except ProcessLookupError:
-                # Collected meanwhile (the SIGCHLD handler, from another thread): what it left is adopted now. A
-                # pid /proc still shows is no such child: that /proc is another PID namespace's.
-                vanished = vanished or _stat_fields(child) is None
-                continue
-            killed.append(child)
-            signalled = signalled or state != b"Z"
+        killed, vanished, signalled_now = _kill_adopted_pass(born, foreign)
+        signalled = signalled or signalled_now
         if not killed and not vanished and first_pass:
             break  # the script left nothing behind: the usual case, one pass
         first_pass = False
@@ -120,14 +102,38 @@ def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
     return signalled
 
 
+def _kill_adopted_pass(born: int, foreign: set[int]) -> tuple[list[int], bool, bool]:
+    """SIGKILL each adopted child started since `born`, bar leaders and `foreign` ones (added to as found);
+    returns (the children killed, whether one vanished meanwhile, whether a live one was signalled)."""
+    killed, vanished, signalled = [], False, False
+    for child, state, start in _children():
+        if child in _LEADERS or child in foreign or start < born:
+            continue
+        try:
+            os.kill(child, signal.SIGKILL)
+        except PermissionError:
+            # Another uid's (no_new_privs keeps a script's processes at its own): an operator's job under a PID 1
+            # server, neither the script's to kill nor to wait for.
+            foreign.add(child)
+            continue
+        except ProcessLookupError:
+            # Collected meanwhile (the SIGCHLD handler, from another thread): what it left is adopted now. A
+            # pid /proc still shows is no such child: that /proc is another PID namespace's.
+            vanished = vanished or _stat_fields(child) is None
+            continue
+        killed.append(child)
+        signalled = signalled or state != b"Z"
+    return killed, vanished, signalled
+
+
 def _collect_once_dead(child: int, deadline: float) -> None:
     """Collect a killed child as soon as it is dead (its own children are the server's from then on); a zombie
     whose other threads still run, or one stuck in the kernel, is waited for until the deadline."""
-    while not _collected(child) and time.monotonic() < deadline:
+    while not _reap_if_dead(child) and time.monotonic() < deadline:
         time.sleep(_DEATH_POLL_S)
 
 
-def _collected(child: int) -> bool:
+def _reap_if_dead(child: int) -> bool:
     try:
         return os.waitpid(child, os.WNOHANG)[0] == child
     except ChildProcessError:
@@ -158,7 +164,7 @@ def _collect_zombies() -> None:
     ends; a leader is left to its Popen."""
     for child, state, _ in _children():
         if state == b"Z" and child not in _LEADERS:
-            _collected(child)
+            _reap_if_dead(child)
 
 
 def collect_adopted_as_they_die() -> None:
@@ -177,7 +183,7 @@ def _children() -> list[tuple[int, bytes, int]]:
     for pid in _child_pids("self"):
         fields = _stat_fields(pid)
         if fields is not None:
-            children.append((pid, fields[0], int(fields[19])))
+            children.append((pid, fields[STAT_STATE], int(fields[STAT_START_TIME])))
     return children
 
 
@@ -211,11 +217,11 @@ def _child_pids(process: int | str) -> list[int]:
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
-    """Fields 3 onwards of /proc/<pid>/stat (the state first), or None when it is gone."""
+    """The stat fields of `pid` (see hardening.stat_fields), or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as status:
-            return status.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
+            return stat_fields(status.read())
+    except OSError:
         return None
 
 
@@ -239,7 +245,7 @@ def _left_the_group(session: int) -> list[int]:
         fields = _stat_fields(pid)
         if fields is None:
             continue  # gone meanwhile
-        state, pgrp, sid = fields[0], int(fields[2]), int(fields[3])
+        state, pgrp, sid = fields[STAT_STATE], int(fields[STAT_PGRP]), int(fields[STAT_SESSION])
         if sid == session and pgrp != session and state != b"Z":
             members.append(pid)
     return members

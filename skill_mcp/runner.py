@@ -167,7 +167,7 @@ class _Run:
         self.started = started
         self.exited = False
         self.timed_out = False
-        self.finished = False
+        self.settled = False
         self.outcome: asyncio.Future[RunOutcome] = loop.create_future()
         self.captures = (_Capture(process.stdout.fileno()), _Capture(process.stderr.fileno()))
         for capture in self.captures:
@@ -206,7 +206,7 @@ class _Run:
         """The leader has exited and its Popen has collected it."""
         self.exited = True
         mark_leader_reaped(self.process.pid)
-        if self.finished:
+        if self.settled:
             return
         if any(c.is_open for c in self.captures):
             self._arm_drain()
@@ -226,9 +226,9 @@ class _Run:
         self.settle()
 
     def settle(self) -> None:
-        if self.finished:
+        if self.settled:
             return
-        self.finished = True
+        self.settled = True
         for timer in [*self.timers, self.drain]:
             if timer is not None:
                 timer.cancel()
@@ -297,6 +297,6 @@ async def run_process(
             on_start(process.pid)
         return await run.outcome
     finally:
-        if not run.finished:
+        if not run.settled:
             kill_process_group(process.pid)
             run.settle()

@@ -26,6 +26,10 @@ from support import fails_after, in_signal_mask, world_readable_dir
 from skill_mcp.hardening import (
     ENVIRON_NOT_WIPED,
     INIT_HOLDS_ENVIRON,
+    STAT_PGRP,
+    STAT_SESSION,
+    STAT_START_TIME,
+    STAT_STATE,
     STAT_UNUSABLE,
     ChildLimits,
     ScrubIO,
@@ -34,6 +38,7 @@ from skill_mcp.hardening import (
     harden_child,
     run_block_reason,
     scrub_environ,
+    stat_fields,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,6 +139,20 @@ def test_comm_with_spaces_and_parentheses_parses() -> None:
 def test_environ_range_reads_fields_50_and_51_whatever_the_comm(comm: bytes, start: int, length: int) -> None:
     line = stat_line(comm, env_start=str(start).encode(), env_end=str(start + length).encode())
     assert environ_range(line) == (start, start + length)
+
+
+@linux_only
+def test_stat_fields_name_this_process_s_own_state_group_session_and_start() -> None:
+    # The reaper reads these of every process it may kill; a field off by one would spare or kill the wrong ones.
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat_fields(stat.read())
+    assert fields[STAT_STATE] == b"R"
+    assert (int(fields[STAT_PGRP]), int(fields[STAT_SESSION])) == (os.getpgrp(), os.getsid(0))
+    with open("/proc/self/stat", "rb") as stat:  # start time: clock ticks after boot, and fixed for a process
+        assert fields[STAT_START_TIME] == stat_fields(stat.read())[STAT_START_TIME]
+    with open("/proc/1/stat", "rb") as init:
+        assert 0 <= int(stat_fields(init.read())[STAT_START_TIME]) <= int(fields[STAT_START_TIME])
+    assert stat_fields(b"no comm here") is None
 
 
 def test_environ_still_readable_after_the_write_fails() -> None:

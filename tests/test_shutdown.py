@@ -169,12 +169,12 @@ async def test_a_cancelled_request_is_not_waited_for_at_the_end_of_input() -> No
     unanswered = _Unanswered()
     request = types.JSONRPCRequest(jsonrpc="2.0", id=7, method="resources/list")
     cancel = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 7})
-    unanswered.read(SessionMessage(request))
-    unanswered.read(SessionMessage(cancel))
+    unanswered.note_read(SessionMessage(request))
+    unanswered.note_read(SessionMessage(cancel))
     with anyio.fail_after(ANSWER_DRAIN_SECONDS / 4):
         await unanswered.drain()
     # and an unanswered one is waited for, up to the bound
-    unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=8, method="ping")))
+    unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=8, method="ping")))
     with anyio.move_on_after(ANSWER_DRAIN_SECONDS / 4) as waited:
         await unanswered.drain()
     assert waited.cancelled_caught
@@ -324,13 +324,13 @@ def test_request_ids_follow_the_sdks_rules() -> None:
     # "7" and 7 are one id to the SDK, true is none, and two requests may share an id: each needs its answer.
     unanswered = _Unanswered()
     for request_id in (1, 1, 7):
-        unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
+        unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
     for cancelled in (True, "7"):
         params = {"requestId": cancelled}
-        unanswered.read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)))
-    unanswered.written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
+        unanswered.note_read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)))
+    unanswered.note_written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
     assert dict(unanswered._waiting) == {1: 1}  # the second request 1 still waits; 7 was cancelled
-    unanswered.written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=7, result={})))  # a late answer
+    unanswered.note_written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=7, result={})))  # a late answer
     assert unanswered._waiting.total() == 1
 
 
@@ -338,25 +338,25 @@ def test_request_ids_follow_the_sdks_rules() -> None:
 async def test_reading_waits_while_max_requests_wait_for_their_answer_and_answers_wait_to_be_written() -> None:
     unanswered = _Unanswered()
     for request_id in range(MAX_REQUESTS_IN_FLIGHT):
-        unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
+        unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
     run = {"name": "skill_run", "arguments": {}}  # waits on the user, never on the client's reading
-    unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id="run", method="tools/call", params=run)))
+    unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id="run", method="tools/call", params=run)))
     with anyio.fail_after(1):  # slow requests while answers flow: a ping or a cancellation is still read
-        await unanswered.room()
-    unanswered.sending(True)  # an answer the writer has not taken: the client is not reading
+        await unanswered.wait_for_room()
+    unanswered.send_started()  # an answer the writer has not taken: the client is not reading
     with anyio.move_on_after(0.2) as waited:
-        await unanswered.room()
+        await unanswered.wait_for_room()
     assert waited.cancelled_caught
-    unanswered.read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 3})))
+    unanswered.note_read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 3})))
     with anyio.fail_after(1):
-        await unanswered.room()
+        await unanswered.wait_for_room()
 
 
 @pytest.mark.anyio
 async def test_the_end_of_input_stops_waiting_as_soon_as_the_last_answer_is_written() -> None:
     unanswered = _Unanswered()
     for request_id in (1, 2):
-        unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
+        unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
     drained = anyio.Event()
 
     async def drain() -> None:
@@ -381,7 +381,7 @@ async def test_the_wait_for_unanswered_requests_ends_at_its_bound_by_itself() ->
     # §5.1: the exit comes within 5 s of the end of input; a request the SDK never answers is waited for
     # ANSWER_DRAIN_SECONDS, not until the exit watchdog.
     unanswered = _Unanswered()
-    unanswered.read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")))
+    unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")))
     started = time.monotonic()
     with anyio.fail_after(ANSWER_DRAIN_SECONDS + 2):
         await unanswered.drain()
