@@ -25,8 +25,10 @@ from .transport import reports_hangup, stdio_transport
 from .unreadable import Unreadable, lost_request_id, unreadable_message
 
 ANSWER_DRAIN_SECONDS = 2.0  # answering what was read before stdin ended; §5.1 allows 5 s from there to the exit
+# The forced exit: 4.5 s, plus SHUTDOWN_WAIT_SECONDS for a shutdown under way (its run kill and log line) and
+# STDERR_DRAIN_SECONDS, is 4.9 s after the client left: inside §5.1's 5 s.
 EXIT_DEADLINE_SECONDS = 4.5
-SHUTDOWN_WAIT_SECONDS = 0.3  # the watchdog's wait for a shutdown under way: the exit still comes within 5 s
+SHUTDOWN_WAIT_SECONDS = 0.3  # the watchdog's wait for a shutdown under way
 IDS_LOGGED = 16  # of a batch's request ids, in its `message.unreadable` line
 # Requests read and not yet answered, beyond which no more is read while answers wait to be written: each holds
 # its answer until then, and a client that stops reading stdout would otherwise have every line it sent make one

@@ -23,6 +23,7 @@ from skill_mcp.lifecycle import (
     EXIT_DEADLINE_SECONDS,
     MAX_REQUESTS_IN_FLIGHT,
     SHUTDOWN_WAIT_SECONDS,
+    STDERR_DRAIN_SECONDS,
     _Shutdown,
     _Unanswered,
     _WatchedOutput,
@@ -442,4 +443,4 @@ def test_a_stuck_shutdown_holds_the_forced_exit_only_briefly() -> None:
     release.set()
     thread.join()
     assert SHUTDOWN_WAIT_SECONDS - 0.05 <= waited < SHUTDOWN_WAIT_SECONDS + 1
-    assert EXIT_DEADLINE_SECONDS + SHUTDOWN_WAIT_SECONDS < 5
+    assert EXIT_DEADLINE_SECONDS + SHUTDOWN_WAIT_SECONDS + STDERR_DRAIN_SECONDS < 5
