@@ -27,10 +27,10 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
     """Scan every root once, read each real skill directory once, then apply §3.6."""
     problems: list[Problem] = []
     skills: list[Skill] = []
-    seen_dirs: set[str] = set()
-    scanned_dirs: set[str] = set()
+    claimed_dirs: set[str] = set()  # taken as a skill or already reported: each real directory once (§3.3)
+    scanned_dirs: set[str] = set()  # already listed for skills
     for root in roots:
-        scan = _scan_root(root, seen_dirs, scanned_dirs)
+        scan = _scan_root(root, claimed_dirs, scanned_dirs)
         problems += scan.problems
         problems += scan.missing_skill_md
         for real_dir in scan.candidates:
@@ -57,7 +57,7 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
             )
         )
         served = served[:max_skills]
-    return Catalog(skills=tuple(served), problems=tuple(_encodable(problem) for problem in problems))
+    return Catalog(skills=tuple(served), problems=tuple(_encodable_problem(problem) for problem in problems))
 
 
 _IGNORED_NAMED = 8  # skills past the limit named in its problem
@@ -72,7 +72,7 @@ class _RootScan:
     candidates: list[str] = field(default_factory=list)
 
 
-def _scan_root(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootScan:
+def _scan_root(root: str, claimed_dirs: set[str], scanned_dirs: set[str]) -> _RootScan:
     """§3.2: resolve the root, then layout A, or layouts B and C. A skill already read and a directory already
     scanned for skills are skipped, so each entry is reported once; a root that another root only reported as
     lacking a SKILL.md is still scanned."""
@@ -88,18 +88,18 @@ def _scan_root(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootS
     if real_root in scanned_dirs:
         return scan  # the same root configured twice, or another root's `skills`
     if _is_a_skill(real_root):  # layout A: a skill, whose entries are not scanned here
-        if real_root not in seen_dirs:  # else a skill another root already holds
-            seen_dirs.add(real_root)
+        if real_root not in claimed_dirs:  # else a skill another root already holds
+            claimed_dirs.add(real_root)
             scan.candidates.append(real_root)
         return scan
     scanned_dirs.add(real_root)
-    seen_dirs.add(real_root)
-    _scan_entries(scan, root, real_root, real_root, seen_dirs, root)
-    real_skills_entry = os.path.join(real_root, "skills")
-    if os.path.isdir(real_skills_entry):
+    claimed_dirs.add(real_root)
+    _scan_entries(scan, root, real_root, real_root, claimed_dirs, root)
+    skills_entry = os.path.join(real_root, "skills")
+    if os.path.isdir(skills_entry):
         skills_path = os.path.join(root, "skills")
         try:
-            real_skills = real_path(real_skills_entry)
+            real_skills = real_path(skills_entry)
         except OSError as error:  # resolved a moment ago by isdir; a link swapped in since
             scan.problems.append(Problem(skills_path, "symlink-escape", _unresolvable_entry(True, error)))
             return scan
@@ -113,12 +113,12 @@ def _scan_root(root: str, seen_dirs: set[str], scanned_dirs: set[str]) -> _RootS
             )
         elif real_skills not in scanned_dirs:  # `skills -> .` names the root; another root may be this one
             scanned_dirs.add(real_skills)
-            _scan_entries(scan, skills_path, real_skills, real_root, seen_dirs, root)
+            _scan_entries(scan, skills_path, real_skills, real_root, claimed_dirs, root)
     return scan
 
 
 def _scan_entries(
-    scan: _RootScan, scan_path: str, real_scan_path: str, real_root: str, seen_dirs: set[str], root: str
+    scan: _RootScan, scan_path: str, real_scan_path: str, real_root: str, claimed_dirs: set[str], root: str
 ) -> None:
     """Apply the §3.3 entry table to one directory's entries (the root's, or its `skills` directory's), one level
     deep."""
@@ -143,15 +143,15 @@ def _scan_entries(
             continue
         entry_path = os.path.join(scan_path, entry.name)
         # Layout C reports an escaping `skills`; a broken one is simply not a directory.
-        quiet = at_root and entry.name == "skills"
+        is_root_skills_entry = at_root and entry.name == "skills"
         try:
             real = real_path(entry.path)
         except OSError as error:
-            if not quiet:
+            if not is_root_skills_entry:
                 scan.problems.append(Problem(entry_path, "symlink-escape", _unresolvable_entry(is_link, error)))
             continue
         if not is_within(real, real_root):
-            if not quiet:
+            if not is_root_skills_entry:
                 kind = "symlink" if is_link else "directory (a bind mount?)"
                 detail = f"this {kind} resolves to {real}, outside the configured root {real_root}; refused"
                 scan.problems.append(Problem(entry_path, "symlink-escape", detail))
@@ -159,7 +159,7 @@ def _scan_entries(
         try:
             is_directory = stat.S_ISDIR(os.stat(real).st_mode)
         except OSError as error:  # resolved a moment ago: renamed or removed since, as the server boots
-            if not quiet:
+            if not is_root_skills_entry:
                 detail = f"this {'symlink' if is_link else 'directory'} could not be read as the roots were scanned"
                 scan.problems.append(Problem(entry_path, "symlink-escape", f"{detail} ({os_error_text(error)}); refused"))
             continue
@@ -168,18 +168,18 @@ def _scan_entries(
         holds = _holds_skill_md(real)
         # What this uid cannot tell is a candidate, whose SKILL.md §3.4 then reports; but for `skills`, which
         # layout C reports, only one known to hold a SKILL.md is also a skill.
-        has_skill_md = holds or (holds is None and not quiet)
-        if has_skill_md and is_link and entry.name != os.path.basename(real):
+        is_candidate = holds or (holds is None and not is_root_skills_entry)
+        if is_candidate and is_link and entry.name != os.path.basename(real):
             realname = quoted(os.path.basename(real))
             detail = (
                 f"this is a symlink to {real}; the skill is served under the real directory's name {realname}, "
                 "which is also the name a grant must use"
             )
             scan.problems.append(Problem(entry_path, "name-mismatch", detail))
-        if real in seen_dirs or (quiet and not has_skill_md):
+        if real in claimed_dirs or (is_root_skills_entry and not is_candidate):
             continue
-        seen_dirs.add(real)
-        if has_skill_md:
+        claimed_dirs.add(real)
+        if is_candidate:
             scan.candidates.append(real)
         else:
             scan.missing_skill_md.append(
@@ -392,5 +392,5 @@ def _unresolvable_entry(is_link: bool, error: OSError) -> str:
     return f"this directory's real path cannot be read ({os_error_text(error)}); refused"
 
 
-def _encodable(problem: Problem) -> Problem:
+def _encodable_problem(problem: Problem) -> Problem:
     return Problem(encodable(problem.path), problem.reason, encodable(problem.detail))

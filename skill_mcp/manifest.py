@@ -61,23 +61,23 @@ class ManifestWalk:
                     self.unlisted_dirs = self.unlisted_dirs.plus(prefix.rstrip("/") or ".")
                     continue
                 for entry in entries:
-                    if self._take(entry, directory, prefix + entry.name):
+                    if self._visit(entry, directory, prefix + entry.name):
                         self.hit_limit = True
                         return
 
-    def _take(self, entry: os.DirEntry[str], directory: str, rel: str) -> bool:
+    def _visit(self, entry: os.DirEntry[str], directory: str, rel: str) -> bool:
         """Lists, enqueues, skips or refuses one entry; True when a cap stops the walk here."""
         is_dir = entry.is_dir(follow_symlinks=False)
         if not is_dir and not entry.is_file(follow_symlinks=False):  # links, FIFOs, sockets, devices
             if rel != SKILL_MD:  # a linked SKILL.md is still served, by skill_load
                 self.skipped = self.skipped.plus(rel)
-            return self._unlisted()
+            return self._charge_unlisted()
         refusal = path_refusal(rel)
         if refusal is not None:
             below = "; nothing under it is listed either" if is_dir else ""
             self._report_unusable(f"{quoted_path(rel)} cannot be addressed by skill_file ({refusal}), so it is not "
                                   f"listed{below}")
-            return self._unlisted()
+            return self._charge_unlisted()
         if is_dir:
             if self.dirs_enqueued == MAX_DIRS_PER_SKILL:
                 self.report(
@@ -99,11 +99,11 @@ class ManifestWalk:
         try:
             size = entry.stat(follow_symlinks=False).st_size
         except OSError:  # gone since the listing, or in a directory this uid cannot search: nothing to read
-            return self._unlisted()
+            return self._charge_unlisted()
         self.files.append(ManifestEntry(rel, size))
         return False
 
-    def _unlisted(self) -> bool:
+    def _charge_unlisted(self) -> bool:
         """Charges an entry that is neither listed nor walked; True when that budget is spent."""
         self.unlisted_left -= 1
         if self.unlisted_left >= 0:
