@@ -43,21 +43,28 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
                 continue
             if skill is not None:
                 skills.append(skill)
-    served = _refuse_duplicates(skills, problems)
-    if len(served) > max_skills:
-        ignored = [skill.name for skill in served[max_skills:]]
-        more = ", …" if len(ignored) > _IGNORED_NAMED else ""
-        problems.append(
-            Problem(
-                ":".join(roots),
-                "skill-limit",
-                f"found {len(served)} skills but the limit is {max_skills} (MCP_MAX_SKILLS); "
-                f"the first {max_skills} are served, {len(ignored)} ignored: "
-                f"{', '.join(quoted(name) for name in ignored[:_IGNORED_NAMED])}{more}",
-            )
-        )
-        served = served[:max_skills]
+    served = _apply_skill_limit(_refuse_duplicates(skills, problems), roots, max_skills, problems)
     return Catalog(skills=tuple(served), problems=tuple(_encodable_problem(problem) for problem in problems))
+
+
+def _apply_skill_limit(
+    served: list[Skill], roots: Sequence[str], max_skills: int, problems: list[Problem]
+) -> list[Skill]:
+    """§3.6 step 2: the first `max_skills` skills, and one problem naming those left out."""
+    if len(served) <= max_skills:
+        return served
+    ignored = [skill.name for skill in served[max_skills:]]
+    more = ", …" if len(ignored) > _IGNORED_NAMED else ""
+    problems.append(
+        Problem(
+            ":".join(roots),
+            "skill-limit",
+            f"found {len(served)} skills but the limit is {max_skills} (MCP_MAX_SKILLS); "
+            f"the first {max_skills} are served, {len(ignored)} ignored: "
+            f"{', '.join(quoted(name) for name in ignored[:_IGNORED_NAMED])}{more}",
+        )
+    )
+    return served[:max_skills]
 
 
 _IGNORED_NAMED = 8  # skills past the limit named in its problem
@@ -73,9 +80,7 @@ class _RootScan:
 
 
 def _scan_root(root: str, claimed_dirs: set[str], scanned_dirs: set[str]) -> _RootScan:
-    """§3.2: resolve the root, then layout A, or layouts B and C. A skill already read and a directory already
-    scanned for skills are skipped, so each entry is reported once; a root that another root only reported as
-    lacking a SKILL.md is still scanned."""
+    """§3.2: resolve the root, then layout A, or layouts B and C; each real directory is read or reported once."""
     scan = _RootScan()
     try:
         real_root = real_path(root)
@@ -95,26 +100,34 @@ def _scan_root(root: str, claimed_dirs: set[str], scanned_dirs: set[str]) -> _Ro
     scanned_dirs.add(real_root)
     claimed_dirs.add(real_root)
     _scan_entries(scan, root, real_root, real_root, claimed_dirs, root)
-    skills_entry = os.path.join(real_root, "skills")
-    if os.path.isdir(skills_entry):
-        skills_path = os.path.join(root, "skills")
-        try:
-            real_skills = real_path(skills_entry)
-        except OSError as error:  # resolved a moment ago by isdir; a link swapped in since
-            scan.problems.append(Problem(skills_path, "symlink-escape", _unresolvable_entry(True, error)))
-            return scan
-        if not is_within(real_skills, real_root):
-            scan.problems.append(
-                Problem(
-                    skills_path,
-                    "symlink-escape",
-                    f"the skills directory resolves to {real_skills}, outside the configured root {real_root}; refused",
-                )
-            )
-        elif real_skills not in scanned_dirs:  # `skills -> .` names the root; another root may be this one
-            scanned_dirs.add(real_skills)
-            _scan_entries(scan, skills_path, real_skills, real_root, claimed_dirs, root)
+    _scan_skills_dir(scan, root, real_root, claimed_dirs, scanned_dirs)
     return scan
+
+
+def _scan_skills_dir(
+    scan: _RootScan, root: str, real_root: str, claimed_dirs: set[str], scanned_dirs: set[str]
+) -> None:
+    """§3.2 layout C: the entries of `<root>/skills`, when it resolves to a directory inside the root."""
+    skills_entry = os.path.join(real_root, "skills")
+    if not os.path.isdir(skills_entry):
+        return
+    skills_path = os.path.join(root, "skills")
+    try:
+        real_skills = real_path(skills_entry)
+    except OSError as error:  # resolved a moment ago by isdir; a link swapped in since
+        scan.problems.append(Problem(skills_path, "symlink-escape", _unresolvable_entry(True, error)))
+        return
+    if not is_within(real_skills, real_root):
+        scan.problems.append(
+            Problem(
+                skills_path,
+                "symlink-escape",
+                f"the skills directory resolves to {real_skills}, outside the configured root {real_root}; refused",
+            )
+        )
+    elif real_skills not in scanned_dirs:  # `skills -> .` names the root; another root may be this one
+        scanned_dirs.add(real_skills)
+        _scan_entries(scan, skills_path, real_skills, real_root, claimed_dirs, root)
 
 
 def _scan_entries(
@@ -144,26 +157,10 @@ def _scan_entries(
         entry_path = os.path.join(scan_path, entry.name)
         # Layout C reports an escaping `skills`; a broken one is simply not a directory.
         is_root_skills_entry = at_root and entry.name == "skills"
-        try:
-            real = real_path(entry.path)
-        except OSError as error:
-            if not is_root_skills_entry:
-                scan.problems.append(Problem(entry_path, "symlink-escape", _unresolvable_entry(is_link, error)))
-            continue
-        if not is_within(real, real_root):
-            if not is_root_skills_entry:
-                kind = "symlink" if is_link else "directory (a bind mount?)"
-                detail = f"this {kind} resolves to {real}, outside the configured root {real_root}; refused"
-                scan.problems.append(Problem(entry_path, "symlink-escape", detail))
-            continue
-        try:
-            is_directory = stat.S_ISDIR(os.stat(real).st_mode)
-        except OSError as error:  # resolved a moment ago: renamed or removed since, as the server boots
-            if not is_root_skills_entry:
-                detail = f"this {'symlink' if is_link else 'directory'} could not be read as the roots were scanned"
-                scan.problems.append(Problem(entry_path, "symlink-escape", f"{detail} ({os_error_text(error)}); refused"))
-            continue
-        if not is_directory:
+        real, escape = _resolve_entry(entry.path, entry_path, is_link, real_root)
+        if escape is not None and not is_root_skills_entry:
+            scan.problems.append(escape)
+        if real is None:
             continue
         holds = _holds_skill_md(real)
         # What this uid cannot tell is a candidate, whose SKILL.md §3.4 then reports; but for `skills`, which
@@ -185,6 +182,24 @@ def _scan_entries(
             scan.missing_skill_md.append(
                 Problem(real, "no-skill-md", "this directory has no SKILL.md, so it is not a skill" + _case_note_of(real))
             )
+
+
+def _resolve_entry(path: str, entry_path: str, is_link: bool, real_root: str) -> tuple[str | None, Problem | None]:
+    """§3.3: the entry's real path when it is a directory inside the root; else None, and the escape it draws."""
+    try:
+        real = real_path(path)
+    except OSError as error:
+        return None, Problem(entry_path, "symlink-escape", _unresolvable_entry(is_link, error))
+    if not is_within(real, real_root):
+        kind = "symlink" if is_link else "directory (a bind mount?)"
+        detail = f"this {kind} resolves to {real}, outside the configured root {real_root}; refused"
+        return None, Problem(entry_path, "symlink-escape", detail)
+    try:
+        is_directory = stat.S_ISDIR(os.stat(real).st_mode)
+    except OSError as error:  # resolved a moment ago: renamed or removed since, as the server boots
+        detail = f"this {'symlink' if is_link else 'directory'} could not be read as the roots were scanned"
+        return None, Problem(entry_path, "symlink-escape", f"{detail} ({os_error_text(error)}); refused")
+    return (real if is_directory else None), None
 
 
 def _unexpanded_note(root: str, error: OSError) -> str:
@@ -212,9 +227,8 @@ def _case_note(names: Iterable[str]) -> str:
 
 
 def _is_a_skill(real_root: str) -> bool:
-    """§3.2 layout A: `SKILL.md` is a file, following links. Also one that is not a regular file (a FIFO, which
-    the entry scan would skip) and one this uid cannot stat in a root it may list but not search: §3.4 then says
-    why it is not read, rather than the root going quiet. A broken link is an entry the scan reports."""
+    """§3.2 layout A: `SKILL.md` resolves to a non-directory (a FIFO too), or is there but cannot be stat'd by this
+    uid: §3.4 then says why it is not read, rather than the root going quiet."""
     try:
         return not stat.S_ISDIR(os.stat(os.path.join(real_root, SKILL_MD)).st_mode)
     except PermissionError:
@@ -224,8 +238,7 @@ def _is_a_skill(real_root: str) -> bool:
 
 
 def _holds_skill_md(directory: str) -> bool | None:
-    """Whether `directory` holds a SKILL.md of any kind, as a directory entry (§3.4 then says why one that is not a
-    regular file, or cannot be stat'd, is not read); None when this uid can neither stat nor list it to tell."""
+    """Whether `directory` has an entry named SKILL.md, of any kind; None when this uid cannot tell."""
     try:
         os.lstat(os.path.join(directory, SKILL_MD))
         return True
@@ -275,20 +288,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     listed = {entry.path for entry in walk.files}
     for run in declaration.runs:
         if run.script not in listed:
-            detail = f"the skill declares {quoted_path(run.script)}, which is not a file in this skill"
-            if (unreachable := reach_error(os.path.join(real_dir, run.script))) is not None:
-                detail += f" that the server's user can reach ({os_error_text(unreachable)}), so it never runs"
-            elif _passes_through_a_link(real_dir, run.script):
-                detail += (
-                    "; its path passes through a symbolic link, and the manifest lists no link: a run still follows "
-                    "it while it resolves inside the skill, and declaring the real file clears this problem"
-                )
-            elif _found_past_an_unlisted_directory(walk, real_dir, run.script):
-                detail += (
-                    "; the file is there, but the server's user may not list a directory on its path, so the "
-                    "manifest lacks it: a run still finds it"
-                )
-            report("declared-script-missing", detail)
+            report("declared-script-missing", _missing_script_detail(walk, real_dir, run.script))
     return Skill(
         name=name,
         real_dir=real_dir,
@@ -304,6 +304,24 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         skipped=walk.skipped,
         unlisted_dirs=walk.unlisted_dirs,
     )
+
+
+def _missing_script_detail(walk: ManifestWalk, real_dir: str, script: str) -> str:
+    """§3.4 step 10, with the likely cause when the file is there but the manifest lacks it."""
+    detail = f"the skill declares {quoted_path(script)}, which is not a file in this skill"
+    if (unreachable := reach_error(os.path.join(real_dir, script))) is not None:
+        return detail + f" that the server's user can reach ({os_error_text(unreachable)}), so it never runs"
+    if _passes_through_a_link(real_dir, script):
+        return detail + (
+            "; its path passes through a symbolic link, and the manifest lists no link: a run still follows "
+            "it while it resolves inside the skill, and declaring the real file clears this problem"
+        )
+    if _found_past_an_unlisted_directory(walk, real_dir, script):
+        return detail + (
+            "; the file is there, but the server's user may not list a directory on its path, so the "
+            "manifest lacks it: a run still finds it"
+        )
+    return detail
 
 
 def _passes_through_a_link(real_dir: str, rel: str) -> bool:

@@ -52,9 +52,8 @@ class ManifestWalk:
         self.queue.append((real_dir, ""))
         while self.queue:
             directory, prefix = self.queue.popleft()
-            # Every entry is listed, walked or charged to a cap, so keeping the first names (sorted) one more than
-            # the caps leave is enough to stop at one of them; a directory of millions of names is read through
-            # once, and no more than those are held.
+            # Every entry is listed, walked or charged to a cap, so one name more than the caps leave is enough to
+            # reach one; a directory of millions of names is read through once, holding no more than that.
             room = self.unlisted_left + MAX_FILES_PER_SKILL - len(self.files) + MAX_DIRS_PER_SKILL - self.dirs_enqueued
             with _listing(directory, room + 1) as entries:
                 if entries is None:  # "." for the skill directory itself, whose SKILL.md may still be read
@@ -133,10 +132,8 @@ class ManifestWalk:
 
 @contextmanager
 def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]] | None]:
-    """The first `at_most` entries of `directory` by name, sorted, read through a descriptor checked to be this very
-    directory: one swapped for a link mid-walk (at boot, by a process of this uid) cannot put the names and sizes
-    of an outside directory in the manifest. Entries are stat'ed through that descriptor, so it stays open while
-    they are used. None for a directory that cannot be opened or listed."""
+    """The first `at_most` entries of `directory` by name, or None when it cannot be listed. Read (and then stat'ed)
+    through a descriptor checked to be this very directory, so a link swapped in mid-walk cannot list an outside one."""
     fd = open_directory_in_place(directory)
     if fd is None:
         yield None
