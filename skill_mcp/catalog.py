@@ -355,11 +355,10 @@ def _read_skill_md(real_dir: str, report: Callable[[str, str], None]) -> CappedR
     read_path = skill_md
     if stat.S_ISLNK(status.st_mode):
         try:
-            read_path = real_path(skill_md)
-        except OSError:
-            read_path = None
+            read_path = target = real_path(skill_md)
+        except OSError as error:  # a loop, or a directory on its way this uid cannot search: the OS says which
+            read_path, target = None, f"unresolvable: {os_error_text(error)}"
         if read_path is None or not is_within(read_path, real_dir, strictly=True):
-            target = read_path or "unresolvable"
             detail = f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused"
             report("symlink-escape", detail)
             return None

@@ -604,6 +604,19 @@ def test_skill_md_linking_outside_is_refused(tmp_path, root):
     assert "unresolvable" in catalog.problems[0].detail
 
 
+def test_a_skill_md_link_that_loops_says_why_it_is_unresolvable(root):
+    (root / "looping").mkdir()
+    (root / "looping" / "SKILL.md").symlink_to("SKILL.md")
+    assert discover([str(root)], 32).problems == (
+        Problem(
+            str(root / "looping"),
+            "symlink-escape",
+            "SKILL.md is a symlink pointing outside this skill's own directory "
+            "(unresolvable: Too many levels of symbolic links); refused",
+        ),
+    )
+
+
 def test_root_skill_whose_skill_md_links_outside_is_refused(tmp_path, root):
     (tmp_path / "elsewhere.md").write_text("---\nname: root\n---\n")
     (root / "SKILL.md").symlink_to(tmp_path / "elsewhere.md")
