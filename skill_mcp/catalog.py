@@ -262,7 +262,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     if capped is None:
         return None
     try:
-        frontmatter, body = parse_skill_md(capped.data.decode("utf-8", errors="replace"))
+        frontmatter, body = parse_skill_md(capped.data.decode("utf-8", errors="replace"), truncated=capped.truncated)
     except FrontmatterError as error:
         report("malformed-frontmatter", str(error))
         return None

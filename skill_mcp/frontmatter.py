@@ -37,25 +37,35 @@ class FrontmatterError(Exception):
     """The frontmatter block is missing, unclosed, too large, not YAML, refused, or not a mapping."""
 
 
-def parse_skill_md(text: str) -> tuple[dict[Any, Any], str]:
-    """Split SKILL.md into its parsed frontmatter mapping and its body, verbatim."""
+def parse_skill_md(text: str, truncated: bool = False) -> tuple[dict[Any, Any], str]:
+    """Split SKILL.md into its parsed frontmatter mapping and its body, verbatim. `truncated`: `text` is only the
+    start of the file, so a closer may lie past its end."""
     opener = _OPENER.match(text)
     if opener is None:
         raise FrontmatterError(f'SKILL.md does not begin with a "---" frontmatter block: {_why_no_opener(text)}')
     closer = _CLOSER.search(text, opener.end())
     if closer is None:
-        raise FrontmatterError(f"the SKILL.md frontmatter block is never closed ({_why_no_closer(text[opener.end():])})")
+        unclosed = text[opener.end() :]
+        if truncated and (size := _utf8_size(unclosed)) > MAX_FRONTMATTER_BYTES:
+            raise FrontmatterError(_over_the_cap(f"more than {size}"))
+        raise FrontmatterError(f"the SKILL.md frontmatter block is never closed ({_why_no_closer(unclosed)})")
     raw_yaml = text[opener.end() : closer.start() + 1]
-    size = len(raw_yaml.encode("utf-8", "surrogatepass"))
+    size = _utf8_size(raw_yaml)
     if size > MAX_FRONTMATTER_BYTES:
-        raise FrontmatterError(
-            f"the SKILL.md frontmatter block is {size} bytes, over the {MAX_FRONTMATTER_BYTES}-byte cap"
-        )
+        raise FrontmatterError(_over_the_cap(str(size)))
     frontmatter = _load_yaml(raw_yaml)
     if not isinstance(frontmatter, dict):
         raise FrontmatterError("SKILL.md frontmatter is not a mapping of keys to values")
     _refuse_keys_written_alike(frontmatter)
     return frontmatter, text[closer.end() :]
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _over_the_cap(size: str) -> str:
+    return f"the SKILL.md frontmatter block is {size} bytes, over the {MAX_FRONTMATTER_BYTES}-byte cap"
 
 
 def _why_no_closer(after_opener: str) -> str:

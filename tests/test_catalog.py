@@ -543,6 +543,13 @@ def test_broken_and_refused_yaml_is_malformed_and_siblings_are_served(root):
     assert "65536" in details["huge"]
 
 
+def test_a_frontmatter_longer_than_the_read_is_over_the_cap_not_unclosed(root):
+    # Its closing "---" lies past the 256 KiB read of SKILL.md.
+    vast = make_skill(root, "vast", "description: " + "x" * 300000 + "\n")
+    detail = f"the SKILL.md frontmatter block is more than {MAX_SKILL_MD_BYTES - 4} bytes, over the 65536-byte cap"
+    assert discover([str(root)], 32).problems == (Problem(str(vast), "malformed-frontmatter", detail),)
+
+
 def test_missing_opener_is_malformed(root):
     (root / "plain").mkdir()
     (root / "plain" / "SKILL.md").write_text("# Just markdown\n")
@@ -732,10 +739,10 @@ def test_an_unexpected_failure_costs_one_skill_and_its_detail_quotes_nothing_rea
     broken = make_skill(root, "broken", body="secret body\n")
     real_parse = catalog_module.parse_skill_md
 
-    def parse(text):
+    def parse(text, truncated=False):
         if "secret body" in text:
             raise ValueError(f"cannot handle {text!r}")
-        return real_parse(text)
+        return real_parse(text, truncated)
 
     monkeypatch.setattr(catalog_module, "parse_skill_md", parse)
     catalog = discover([str(root)], 32)

@@ -17,9 +17,9 @@ from skill_mcp.frontmatter import (
 )
 
 
-def error_of(text: str) -> str:
+def error_of(text: str, truncated: bool = False) -> str:
     with pytest.raises(FrontmatterError) as caught:
-        parse_skill_md(text)
+        parse_skill_md(text, truncated=truncated)
     return str(caught.value)
 
 
@@ -89,6 +89,13 @@ def test_block_over_65536_bytes():
     assert error_of(f"---\n{raw}---\n") == "the SKILL.md frontmatter block is 65538 bytes, over the 65536-byte cap"
     one_over = "a: " + "x" * 65533 + "\n"
     assert error_of(f"---\n{one_over}---\n") == "the SKILL.md frontmatter block is 65537 bytes, over the 65536-byte cap"
+
+
+def test_a_block_the_read_cut_before_its_closer_is_over_the_cap():
+    cut = "---\na: " + "x" * 65534
+    assert error_of(cut, truncated=True) == "the SKILL.md frontmatter block is more than 65537 bytes, over the 65536-byte cap"
+    # A cut within the cap tells nothing of the block's size: it is unclosed as far as it was read.
+    assert "never closed" in error_of("---\na: x", truncated=True)
 
 
 def test_block_of_exactly_65536_bytes_is_read():
