@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .cli import EXIT_OK, EXIT_PROBLEMS
+from .cli import EXIT_OK, EXIT_PROBLEMS, write_stdout
 from .deployment import Deployment, build_deployment
 from .frontmatter import json_key
 from .limits import (
@@ -269,8 +269,8 @@ def check(roots: tuple[str, ...], as_json: bool) -> int:
     report = check_report(deployment.roots, [skill.name for skill in deployment.skills], problems)
     for note in check_notes(deployment):
         print(f"skill-mcp: note: {_one_line(note)}", file=sys.stderr)
-    _print(json.dumps(report, ensure_ascii=False, indent=2) if as_json else "\n".join(check_lines(report)))
-    return EXIT_PROBLEMS if problems else EXIT_OK
+    output = json.dumps(report, ensure_ascii=False, indent=2) if as_json else "\n".join(check_lines(report))
+    return _print(output, EXIT_PROBLEMS if problems else EXIT_OK)
 
 
 def list_deployment(roots: tuple[str, ...], as_json: bool, egress: bool) -> int:
@@ -280,12 +280,9 @@ def list_deployment(roots: tuple[str, ...], as_json: bool, egress: bool) -> int:
     listing = skill_list(deployment)
     if egress:
         hosts = egress_allowlist(listing)
-        _print(json.dumps(hosts) if as_json else "\n".join(hosts))
-    elif as_json:
-        _print(json.dumps(listing, ensure_ascii=False, indent=2))
-    else:
-        _print("\n".join(table_lines(listing)))
-    return EXIT_OK
+        return _print(json.dumps(hosts) if as_json else "\n".join(hosts), EXIT_OK)
+    output = json.dumps(listing, ensure_ascii=False, indent=2) if as_json else "\n".join(table_lines(listing))
+    return _print(output, EXIT_OK)
 
 
 def _deployment(roots: tuple[str, ...], apply_owner_grant: bool) -> Deployment:
@@ -296,13 +293,7 @@ def _deployment(roots: tuple[str, ...], apply_owner_grant: bool) -> Deployment:
     return deployment
 
 
-def _print(text: str) -> None:
+def _print(text: str, code: int) -> int:
     # A root given as an argument or variable may hold undecodable bytes; print them escaped, not crash.
     sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-    if not text:
-        return
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        # The reader left (`| head`): the rest goes nowhere, as in any pipeline, and the exit code still reports.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return write_stdout(text, code)

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     import argparse
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+# sysexits.h's EX_IOERR: an output that failed is neither "problems found" (1) nor a usage error (2).
+EXIT_OUTPUT = 74
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve a directory of Agent Skills over MCP (stdio).",
         epilog=(
             "Roots come from MCP_SKILLS_PATH or SKILLS_DIR (':'-separated; no ~ or $VAR expansion); with neither, "
-            "the bundled demo skill is served. Exit status: 0 ok, 1 `check` found problems, 2 usage error. "
+            "the bundled demo skill is served. Exit status: 0 ok, 1 `check` found problems, 2 usage error, "
+            "74 stdout could not be written. "
             "The README lists every variable."
         ),
     )
@@ -56,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     keep_standard_fds_open()
+    if sys.stdout is None:  # started with fd 1 closed, which is /dev/null by now
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
     install_background_stderr()
     try:
         return _run(sys.argv[1:] if argv is None else list(argv))
@@ -83,8 +88,10 @@ def _run(args: list[str]) -> int:
             getattr(options, "usage_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
         if extra:
             options.roots += extra
-    except SystemExit as exit_:
-        return int(exit_.code or 0) and EXIT_USAGE
+    except SystemExit as exit_:  # --help, --version or a usage error, printed
+        return write_stdout("", int(exit_.code or 0) and EXIT_USAGE)
+    except OSError as error:  # argparse writing --help or --version (before Python 3.12, which ignores the error)
+        return _stdout_failed(error, EXIT_OK)
     if options.command in (None, "serve"):
         return serve()
     from . import authoring
@@ -92,6 +99,30 @@ def _run(args: list[str]) -> int:
     if options.command == "check":
         return authoring.check(tuple(options.roots), as_json=options.json)
     return authoring.list_deployment(tuple(options.roots), as_json=options.json, egress=options.egress)
+
+
+def write_stdout(text: str, code: int) -> int:
+    """`text` (if any) printed on stdout, then `code`; or, when stdout cannot be written, what _stdout_failed says."""
+    try:
+        if text:
+            print(text)
+        sys.stdout.flush()
+    except OSError as error:
+        return _stdout_failed(error, code)
+    return code
+
+
+def _stdout_failed(error: OSError, code: int) -> int:
+    # Fd 1 becomes /dev/null, so what stdout still buffers is dropped at exit rather than raised again there.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    if isinstance(error, BrokenPipeError):
+        return code  # the reader left (`| head`): the rest goes nowhere, as in any pipeline; the code still reports
+    from .text import os_error_text
+
+    print(f"skill-mcp: error: could not write to stdout: {os_error_text(error)}", file=sys.stderr)
+    return EXIT_OUTPUT
 
 
 def _roots_given_to_serve(args: list[str]) -> list[str]:

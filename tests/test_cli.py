@@ -583,6 +583,39 @@ def test_a_reader_that_leaves_early_is_no_crash(elsewhere: Path, command: str) -
     assert all(line.startswith(b"skill-mcp: note: ") for line in done.stderr.splitlines()), done.stderr  # no traceback
 
 
+def run_cli_to(stdout: str | None, args: list[str], cwd: Path) -> tuple[int, str]:
+    """Exit code and stderr of the CLI writing to the file `stdout`, or with fd 1 closed when it is None."""
+    with contextlib.ExitStack() as stack:
+        target = None if stdout is None else stack.enter_context(open(stdout, "wb"))
+        done = subprocess.run([*ENTRY_POINTS["script"], *args], cwd=cwd, env=BASE_ENV, stdin=subprocess.DEVNULL,
+                              stdout=target, stderr=subprocess.PIPE, timeout=60,
+                              preexec_fn=None if target else lambda: os.close(1))  # fmt: skip
+    return done.returncode, done.stderr.decode()
+
+
+@pytest.mark.parametrize(("command", "code"), [("list", 0), ("check", 1)])
+def test_a_closed_stdout_is_written_as_dev_null_and_keeps_the_exit_code(
+    root: Path, elsewhere: Path, command: str, code: int
+) -> None:
+    make_skill(root, "fine")
+    make_skill(root, "no-name", "description: d\n")  # a `spec` problem for check
+    for args in ([command, str(root)], [command, str(root), "--json"]):
+        assert run_cli_to(None, args, elsewhere) == (code, "")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize(
+    "args", [["list", "{root}"], ["list", "{root}", "--json"], ["check", "{root}"], ["--version"], ["--help"]]
+)
+def test_a_stdout_that_cannot_be_written_exits_74_with_the_reason_on_stderr(
+    root: Path, elsewhere: Path, args: list[str]
+) -> None:
+    # check's 1 would say "problems found" (it finds one here): a failed output has a code of its own.
+    make_skill(root, "no-name", "description: d\n")
+    code, stderr = run_cli_to("/dev/full", [arg.format(root=root) for arg in args], elsewhere)
+    assert (code, stderr) == (74, "skill-mcp: error: could not write to stdout: No space left on device\n")
+
+
 def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhere: Path) -> None:
     make_skill(elsewhere / "one", "alpha")
     make_skill(elsewhere / "two", "beta")
