@@ -7,6 +7,7 @@ deployment. Formatting is pure; only the commands at the end read the environmen
 
 from __future__ import annotations
 
+import codecs
 import datetime
 import json
 import os
@@ -269,7 +270,7 @@ def check(roots: tuple[str, ...], as_json: bool) -> int:
     report = check_report(deployment.roots, [skill.name for skill in deployment.skills], problems)
     for note in check_notes(deployment):
         print(f"skill-mcp: note: {_one_line(note)}", file=sys.stderr)
-    output = json.dumps(report, ensure_ascii=False, indent=2) if as_json else "\n".join(check_lines(report))
+    output = _json(report) if as_json else "\n".join(check_lines(report))
     return _print(output, EXIT_PROBLEMS if problems else EXIT_OK)
 
 
@@ -281,8 +282,14 @@ def list_deployment(roots: tuple[str, ...], as_json: bool, egress: bool) -> int:
     if egress:
         hosts = egress_allowlist(listing)
         return _print(json.dumps(hosts) if as_json else "\n".join(hosts), EXIT_OK)
-    output = json.dumps(listing, ensure_ascii=False, indent=2) if as_json else "\n".join(table_lines(listing))
+    output = _json(listing) if as_json else "\n".join(table_lines(listing))
     return _print(output, EXIT_OK)
+
+
+def _json(document: Mapping[str, Any]) -> str:
+    # Non-ASCII text goes out as itself only on a UTF-8 stdout: any other would print `\xe9` for it, which is no JSON.
+    as_itself = codecs.lookup(sys.stdout.encoding).name == "utf-8"
+    return json.dumps(document, ensure_ascii=not as_itself, indent=2)
 
 
 def _deployment(roots: tuple[str, ...], apply_owner_grant: bool) -> Deployment:

@@ -526,6 +526,17 @@ def test_json_output_writes_non_ascii_text_as_utf_8(root: Path, elsewhere: Path)
     assert code == 1 and str(root / "Ünï") in stdout
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_json_output_stays_json_on_a_stdout_that_is_not_utf_8(root: Path, elsewhere: Path, encoding: str) -> None:
+    make_skill(root, "cafe", "name: cafe\ndescription: café 😀\n")
+    make_skill(root, "Ünï", "name: Ünï\ndescription: d\n")
+    env = {"PYTHONIOENCODING": encoding}
+    code, stdout, _ = run_cli(["list", str(root), "--json"], elsewhere, env)
+    assert code == 0 and [skill["description"] for skill in json.loads(stdout)["skills"]] == ["café 😀"]
+    code, stdout, _ = run_cli(["check", str(root), "--json"], elsewhere, env)  # Ünï is no usable skill name
+    assert code == 1 and {problem["path"] for problem in json.loads(stdout)["problems"]} == {str(root / "Ünï")}
+
+
 def test_list_without_roots_says_it_lists_the_bundled_demo(elsewhere: Path) -> None:
     code, stdout, stderr = run_cli(["list"], elsewhere)
     assert code == 0 and stdout.splitlines()[1].startswith("skill-mcp-demo ")
