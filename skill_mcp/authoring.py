@@ -29,7 +29,7 @@ from .limits import (
     is_agent_skills_name,
 )
 from .model import PathTally, Problem, Skill
-from .text import printable, quoted, quoted_path
+from .text import json_for_people, printable, quoted, quoted_path
 from .tools import skill_list
 
 _MAX_COMPATIBILITY_CHARS = 500
@@ -246,7 +246,8 @@ def _summary(skills: int, problems: int) -> str:
 
 
 def _one_line(text: str) -> str:
-    return printable(" ".join(text.splitlines()))
+    # What breaks a line (\n, U+0085, U+2028) or hides in it is escaped, not made a space: `a\nb` never prints as `a b`.
+    return printable(json_for_people(text))
 
 
 def _table_row(cells: Sequence[str], widths: Sequence[int]) -> str:

@@ -98,9 +98,24 @@ def test_check_lines_keep_every_problem_on_one_line_and_end_with_the_summary() -
     ]
     lines = check_lines(check_report(["/r"], ["b"], problems))
     assert lines == [
-        "malformed-frontmatter  /r/a: not valid YAML: while scanning   here",
+        "malformed-frontmatter  /r/a: not valid YAML:\\u000awhile scanning\\u000d\\u000a  here",
         'spec  /r/b: frontmatter "name" is missing',
         "1 skill(s), 2 problem(s)",
+    ]
+
+
+def test_paths_that_differ_by_a_line_break_or_an_invisible_character_print_apart() -> None:
+    paths = ["/r/a b", "/r/a\nb", "/r/a\x0bb", "/r/a\x85b", "/r/a\u2028b", "/r/a\u2029b", "/r/a\u200bb"]
+    problems = [Problem(path, "no-skill-md", "no SKILL.md") for path in paths]
+    lines = check_lines(check_report(["/r"], [], problems))[:-1]
+    assert lines == [
+        "no-skill-md  /r/a b: no SKILL.md",
+        "no-skill-md  /r/a\\u000ab: no SKILL.md",
+        "no-skill-md  /r/a\\u000bb: no SKILL.md",
+        "no-skill-md  /r/a\\u0085b: no SKILL.md",
+        "no-skill-md  /r/a\\u2028b: no SKILL.md",
+        "no-skill-md  /r/a\\u2029b: no SKILL.md",
+        "no-skill-md  /r/a\\u200bb: no SKILL.md",
     ]
 
 

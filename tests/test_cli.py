@@ -382,12 +382,23 @@ def test_check_reports_spec_for_the_first_and_only_skill(root: Path, elsewhere: 
 def test_check_human_output_is_one_line_per_problem_then_the_summary(root: Path, elsewhere: Path) -> None:
     problem_tree(root)
     problems = cli_json(["check", str(root)], elsewhere)["problems"]
-    assert any("\n" in problem["path"] + problem["detail"] for problem in problems)  # flattening is exercised
+    assert any("\n" in problem["path"] for problem in problems)  # escaping is exercised
     code, stdout, _ = run_cli(["check", str(root)], elsewhere)
     assert code == 1
     assert stdout.splitlines() == [
-        *(" ".join(f"{p['reason']}  {p['path']}: {p['detail']}".splitlines()) for p in problems),
+        *(f"{p['reason']}  {p['path']}: {p['detail']}".replace("\n", "\\u000a") for p in problems),
         "2 skill(s), 5 problem(s)",
+    ]
+
+
+def test_directories_whose_names_differ_by_a_line_break_or_a_space_print_apart(root: Path, elsewhere: Path) -> None:
+    for name in ("a b", "a\nb", "a\u2028b"):
+        (root / name).mkdir()
+    code, stdout, _ = run_cli(["check", str(root)], elsewhere)
+    assert code == 1
+    assert sorted(stdout.splitlines()[:-1]) == [
+        f"no-skill-md  {root}/{name}: this directory has no SKILL.md, so it is not a skill"
+        for name in ("a b", "a\\u000ab", "a\\u2028b")
     ]
 
 
