@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import datetime
+import itertools
 import json
 import os
 import sys
@@ -36,6 +37,8 @@ _MAX_COMPATIBILITY_CHARS = 500
 _STRING_ONLY_KEYS = ("license", "allowed-tools")
 _MAX_ROW_CHARS = 120
 _COLUMN_GAP = "  "
+# What a description keeps, at most, beside a skill that may run more scripts than its row has room for.
+_DESCRIPTION_ROOM = 30
 
 # --- `spec` findings (§14.2) ------------------------------------------------------------------
 
@@ -211,24 +214,27 @@ def _named(tally: PathTally) -> str:
 
 
 def table_lines(listing: Mapping[str, Any]) -> list[str]:
-    """The `list` table from the `skill_list` object, so both views show the same facts. Only a description is cut,
-    to the room its row leaves (§14.3): a name and what may run are shown whole, however long."""
+    """The `list` table from the `skill_list` object, so both views show the same facts. Each row stays within 120
+    characters (§14.3): a name is shown whole; what may run is shortened to leave a description its room
+    (_runnable), and a description is cut to the room its row leaves."""
     header = ("NAME", "FILES", "RUNNABLE", "DESCRIPTION")
-    rows = [
-        tuple(
-            printable(cell)  # escaped before measuring, so an escape widens its column rather than shifting the next
-            for cell in (
-                skill["name"],
-                str(skill["files"]),
-                ", ".join(entry["script"] for entry in skill["scripts"]) or "-",
-                next(iter((skill.get("description") or "").strip().splitlines()), ""),
-            )
-        )
-        for skill in listing["skills"]
+    skills = listing["skills"]
+    # Escaped before measuring, so an escape widens its column rather than shifting the next.
+    names = [printable(skill["name"]) for skill in skills]
+    files = [str(skill["files"]) for skill in skills]
+    descriptions = [
+        printable(next(iter((skill.get("description") or "").strip().splitlines()), "")) for skill in skills
     ]
-    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(3)]
+    widths = [max(map(len, column)) for column in ((header[0], *names), (header[1], *files))]
+    kept = min(_DESCRIPTION_ROOM, max(map(len, (header[3], *descriptions))))
+    runnable_room = _MAX_ROW_CHARS - sum(widths) - 3 * len(_COLUMN_GAP) - kept
+    runnables = [
+        _runnable([printable(entry["script"]) for entry in skill["scripts"]], runnable_room) for skill in skills
+    ]
+    widths.append(max(map(len, (header[2], *runnables))))
     room = _MAX_ROW_CHARS - sum(width + len(_COLUMN_GAP) for width in widths)
-    lines = [_table_row(header, widths), *(_table_row((*row[:3], _fit(row[3], room)), widths) for row in rows)]
+    rows = [(*row[:3], _fit(row[3], room)) for row in zip(names, files, runnables, descriptions)]
+    lines = [_table_row(row, widths) for row in (header, *rows)]
     summary = _summary(len(listing["skills"]), len(listing["problems"]))
     if listing["problems"]:
         summary += "; `skill-mcp list --json` shows each with its detail"
@@ -252,6 +258,20 @@ def _one_line(text: str) -> str:
 
 def _table_row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return _COLUMN_GAP.join([*(cell.ljust(width) for cell, width in zip(cells, widths)), cells[3]]).rstrip()
+
+
+def _runnable(scripts: Sequence[str], room: int) -> str:
+    """The scripts in `room` characters: whole names, then how many more (`a.py, +3 more`), else only how many; never
+    a name cut short, which could pass for another script. `list --json` names them all."""
+    whole = ", ".join(scripts) or "-"
+    if len(whole) <= room:
+        return whole
+    ends = list(itertools.accumulate(len(script) + len(", ") for script in scripts))
+    for shown in range(len(scripts) - 1, 0, -1):
+        more = f"+{len(scripts) - shown} more"
+        if ends[shown - 1] + len(more) <= room:
+            return ", ".join([*scripts[:shown], more])
+    return _fit(f"{len(scripts)} script(s)", room)
 
 
 def _fit(text: str, room: int) -> str:

@@ -160,29 +160,50 @@ def test_table_rows_stay_within_120_characters_and_show_runnable_scripts() -> No
     assert note == "nothing may run"
 
 
-def test_a_long_name_and_runnable_scripts_are_never_cut_and_leave_no_room_for_a_description() -> None:
+def test_a_long_name_is_shown_whole_and_runnable_scripts_give_way_to_the_description() -> None:
     name = "a-skill-with-a-rather-long-name-for-a-table"
     scripts = ["scripts/fetch-everything.py", "scripts/upload-results.js", "scripts/report.py"]
     listing = {"skills": [listed(name, scripts, "Fetches everything."), listed("beta", [], "Short.")], "problems": []}
     header, long_row, beta, _ = table_lines(listing)
-    # NAME is 43 wide and RUNNABLE 73: the first three columns take 127 characters, so no description fits
-    assert header == f"{'NAME':43}  FILES  {'RUNNABLE':73}  DESCRIPTION"
-    assert long_row == f"{name}  3      {', '.join(scripts)}"
-    assert beta == f"{'beta':43}  3      -"
+    # all three scripts (73 characters) would leave the description 1: the first one and a count leave it 30
+    assert header == f"{'NAME':43}  FILES  {'RUNNABLE':36}  DESCRIPTION"
+    assert long_row == f"{name}  3      scripts/fetch-everything.py, +2 more  Fetches everything."
+    assert beta == f"{'beta':43}  3      {'-':36}  Short."
 
 
-def test_a_description_is_cut_to_the_room_its_row_leaves() -> None:
-    scripts = [f"scripts/step-{index}.py" for index in range(1, 6)]
-    runnable = ", ".join(scripts)  # 93 characters, leaving 11 for the description
-    listing = {"skills": [listed("alpha", scripts, "Eleven char"), listed("beta", scripts, "Twelve chars")]}
-    header, alpha, beta, _ = table_lines({**listing, "problems": []})
-    assert header == f"NAME   FILES  {'RUNNABLE':93}  DESCRIPTION"
-    assert alpha == f"alpha  3      {runnable}  Eleven char"
-    assert beta == f"beta   3      {runnable}  Twelve cha…"
+def test_a_description_keeps_30_characters_beside_runnable_scripts_and_is_cut_past_them() -> None:
+    scripts = [f"scripts/step-{index}.py" for index in range(1, 5)]
+    runnable = ", ".join(scripts)  # 74 characters: the widest RUNNABLE that leaves a description 30
+    listing = {"skills": [listed("alpha", scripts, "d" * 30), listed("beta", scripts, "e" * 31)], "problems": []}
+    header, alpha, beta, _ = table_lines(listing)
+    assert header == f"NAME   FILES  {'RUNNABLE':74}  DESCRIPTION"
+    assert alpha == f"alpha  3      {runnable}  {'d' * 30}"
+    assert beta == f"beta   3      {runnable}  {'e' * 29}…"
     assert len(alpha) == len(beta) == 120
-    wider = [*scripts, "lib/xy.py"]  # 104 characters, leaving no room: not even "…"
-    _, row, _ = table_lines({"skills": [listed("alpha", wider, "Eleven char")], "problems": []})
-    assert row == f"alpha  3      {', '.join(wider)}"
+    one_more = [*scripts, "lib/x.py"]  # 84 characters: the last ones give way to a count
+    _, row, _ = table_lines({"skills": [listed("alpha", one_more, "d" * 30)], "problems": []})
+    assert row == f"alpha  3      {', '.join(scripts[:3])}, +2 more  {'d' * 30}"
+
+
+def test_many_runnable_scripts_leave_every_row_within_120_characters_and_every_description_whole() -> None:
+    many = [f"scripts/script_number_{index}.py" for index in range(1, 7)]  # 178 characters in all
+    long_one = "scripts/" + "x" * 90 + ".py"  # no room even for itself: only the count
+    listing = {
+        "skills": [
+            listed("many", many, "Runs a lot."),
+            listed("long", [long_one], "Runs one."),
+            listed("other", [], "Keeps its description whole, forty chars"),
+        ],
+        "problems": [],
+    }
+    lines = table_lines(listing)
+    assert lines[:4] == [
+        f"NAME   FILES  {'RUNNABLE':63}  DESCRIPTION",
+        "many   3      scripts/script_number_1.py, scripts/script_number_2.py, +4 more  Runs a lot.",
+        f"long   3      {'1 script(s)':63}  Runs one.",
+        f"other  3      {'-':63}  Keeps its description whole, forty chars",
+    ]
+    assert all(len(line) <= 120 for line in lines)
 
 
 def test_an_escaped_control_character_widens_its_column_and_keeps_the_next_one_aligned() -> None:

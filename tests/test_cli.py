@@ -463,6 +463,21 @@ def test_list_table_has_a_row_per_skill_within_120_characters(root: Path, elsewh
     assert lines[5] == "4 skill(s), 0 problem(s)"
 
 
+def test_a_skill_with_many_runnable_scripts_leaves_the_others_their_description(root: Path, elsewhere: Path) -> None:
+    scripts = [f"scripts/script_number_{index}.py" for index in range(1, 7)]
+    runs = "".join(f"    - script: {script}\n      interpreter: python3\n" for script in scripts)
+    make_skill(root, "many", f"name: many\ndescription: Runs a lot.\nmcp-host:\n  version: 1\n  run:\n{runs}",
+               files=dict.fromkeys(scripts, ""))  # fmt: skip
+    make_skill(root, "small", "name: small\ndescription: A small skill with a description\n")
+    code, stdout, _ = run_cli(["list", str(root)], elsewhere, {"MCP_SKILL_PYTHON": outside_venv_python()})
+    lines = stdout.splitlines()
+    assert code == 0 and all(len(line) <= 120 for line in lines), lines
+    assert lines[1].startswith("many   7      scripts/script_number_1.py, scripts/script_number_2.py, +4 more  ")
+    assert lines[2].startswith("small  1      -") and lines[2].endswith("  A small skill with a description")
+    listing = cli_json(["list", str(root)], elsewhere, {"MCP_SKILL_PYTHON": outside_venv_python()})
+    assert [entry["script"] for entry in listing["skills"][0]["scripts"]] == scripts  # --json names every one
+
+
 def test_list_json_never_shows_a_scrubbed_or_non_dumpable_cli(root: Path, elsewhere: Path) -> None:
     make_skill(root, "fine")
     for env in ({}, {"MCP_SKILLS_PATH": str(root)}):
