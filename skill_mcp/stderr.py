@@ -46,6 +46,9 @@ class BackgroundStderr:
 
     def _hand_over(self, text: str) -> None:
         if self._writer is None:
+            if sys.is_finalizing():  # no thread starts now (3.11 would wait for it forever): written here, as usual
+                self._write_out(text)
+                return
             self._start()  # at the first line, not before: `serve` hardens the process before any thread exists
         if self._lines.qsize() < BACKLOG_LINES:
             self._lines.put(text)
@@ -73,15 +76,18 @@ class BackgroundStderr:
             item = self._lines.get()
             if isinstance(item, threading.Event):
                 item.set()
-                continue
-            try:
-                self._stream.write(item)
-                self._stream.flush()
-            except OSError as error:
-                if error.errno in (errno.EPIPE, errno.EBADF):  # for good; a full non-blocking pipe may drain again
-                    null = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(null, self._stream.fileno())  # what the stream still buffers goes there too
-                    os.close(null)
+            else:
+                self._write_out(item)
+
+    def _write_out(self, text: str) -> None:
+        try:
+            self._stream.write(text)
+            self._stream.flush()
+        except OSError as error:
+            if error.errno in (errno.EPIPE, errno.EBADF):  # for good; a full non-blocking pipe may drain again
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self._stream.fileno())  # what the stream still buffers goes there too
+                os.close(null)
 
 
 def keep_standard_fds_open() -> None:

@@ -748,3 +748,19 @@ def test_a_stderr_nobody_reads_holds_up_no_write_and_lines_past_the_backlog_are_
         with contextlib.suppress(OSError):
             stream.close()
         os.close(write_end)
+
+
+def test_a_first_line_written_as_the_interpreter_exits_is_written_and_the_exit_not_held() -> None:
+    # A stdout that fails its final flush makes Python write "Exception ignored" to stderr while finalizing, when
+    # no thread can start any more: 3.11 waited forever for the writer thread that first line would start.
+    program = (
+        "import sys\n"
+        "from skill_mcp.stderr import install_background_stderr\n"
+        "install_background_stderr()\n"
+        "sys.stdout = open('/dev/full', 'w')\n"
+        "sys.stdout.write('kept in the buffer until the exit flushes it')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=20,
+                          env={**os.environ, "PYTHONUNBUFFERED": ""})  # fmt: skip
+    assert "Exception ignored" in done.stderr and "No space left on device" in done.stderr
+    assert done.returncode == 120  # Python's own status for a failed flush at exit
