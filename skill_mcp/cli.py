@@ -88,6 +88,10 @@ def _run(args: list[str]) -> int:
             getattr(options, "usage_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
         if extra:
             options.roots += extra
+        if "" in getattr(options, "roots", ()):  # abspath("") is the working directory, which it did not name
+            options.usage_parser.error(
+                "a ROOT is empty (an unset shell variable?): name a directory, or give no ROOT for the configured roots"
+            )
     except SystemExit as exit_:  # --help, --version or a usage error, printed
         return write_stdout("", int(exit_.code or 0) and EXIT_USAGE)
     except OSError as error:  # argparse writing --help or --version (before Python 3.12, which ignores the error)

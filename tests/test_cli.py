@@ -666,6 +666,15 @@ def test_roots_may_follow_the_flags_and_an_unknown_flag_is_a_usage_error(elsewhe
     assert code == 2 and "unrecognized arguments: extra" in stderr
 
 
+@pytest.mark.parametrize("command", ["check", "list"])
+def test_an_empty_root_is_a_usage_error_not_the_working_directory(elsewhere: Path, command: str) -> None:
+    # `skill-mcp check "$SKILLS"` with SKILLS unset: checking the working directory instead would mislead.
+    make_skill(elsewhere, "alpha")
+    code, stdout, stderr = run_cli([command, "one", ""], elsewhere)
+    assert (code, stdout) == (2, "")
+    assert f"usage: skill-mcp {command}" in stderr and "a ROOT is empty (an unset shell variable?)" in stderr
+
+
 # --- stderr, which logs and notes use and nothing may stop the server through ---------------------
 
 
