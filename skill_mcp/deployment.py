@@ -18,6 +18,7 @@ from .grants import NO_GRANT, GrantState, apply_grant, resolve_grant
 from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
 from .model import Problem, RunEntry, Skill
+from .text import quoted
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,14 @@ class Deployment:
 
     def runnable(self, entry: RunEntry) -> bool:
         return entry.interpreter in self.interpreters
+
+    def runnable_interpreters(self) -> str:
+        return ", ".join(sorted(self.interpreters)) or "none"
+
+    def unavailable_reason(self, entry: RunEntry) -> str:
+        """Why `entry` is not `runnable` here, as skill_list and skill_run's refusal both word it."""
+        runs = self.runnable_interpreters()
+        return f"declares the interpreter {quoted(entry.interpreter)}; this deployment runs: {runs}"
 
 
 UNSCRUBBED_PATH = "/proc/self/environ"

@@ -29,19 +29,11 @@ from .logs import get_logger
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir, is_missing
 from .reaper import kill_for_exit, kill_process_group, wait_leader_reaped
+from .results import ToolFailure, failure_result, minified, read_error_text, text_result
 from .runner import RunOutcome, SpawnFailed, build_argv, network_note, run_process, script_environment
 from .schemas import schema_violation
 from .text import cut, encodes_as_utf8, json_for_people, quoted_path
-from .tools import (
-    ToolFailure,
-    failure_result,
-    find_skill,
-    minified,
-    read_error_text,
-    runnable_interpreters,
-    text_result,
-    unavailable_reason,
-)
+from .tools import find_skill
 
 LEADER_WAIT_SECONDS = 2.0  # at most, for a cancelled run's killed leader to be collected
 
@@ -166,7 +158,7 @@ class RunService:
         if not deployment.runnable(entry):
             raise Refused(
                 "interpreter-unavailable",
-                f'{quoted_path(script)} of the skill "{skill.name}" {unavailable_reason(deployment, entry)}, '
+                f'{quoted_path(script)} of the skill "{skill.name}" {deployment.unavailable_reason(entry)}, '
                 "so this deployment cannot run it",
                 "The skill's instructions remain available via skill_load.",
             )
@@ -419,7 +411,7 @@ class RunService:
             return failure_result(
                 ToolFailure(
                     f"could not start {quoted_path(entry.script)}: {failed}",
-                    f"This deployment runs: {runnable_interpreters(deployment)}; the script must be a regular file "
+                    f"This deployment runs: {deployment.runnable_interpreters()}; the script must be a regular file "
                     "inside the skill.",
                 )
             )

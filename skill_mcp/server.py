@@ -25,9 +25,10 @@ from pydantic import ValidationError
 from . import skills_ext, surfaces
 from .deployment import Deployment
 from .logs import get_logger
+from .results import ToolFailure, failure_result, minified, text_result
 from .schemas import TOOLS, TOOLS_BY_NAME, params_violation, schema_violation, sdk_params_violation
 from .text import quoted
-from .tools import BOOT_TIME_TOOLS, READ_TOOLS, ToolFailure, failure_result, minified, text_result
+from .tools import BOOT_TIME_TOOLS, READ_TOOLS
 from .version import VERSION
 
 _SDK_BARE_INVALID_PARAMS = "Invalid request parameters"

@@ -12,8 +12,9 @@ from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
+from .results import ToolFailure, read_error_text
 from .text import quoted, quoted_path
-from .tools import ToolFailure, find_skill, no_skills_message, read_error_text
+from .tools import find_skill, no_skills_message
 
 RESOURCES_PAGE = 500
 _INSTRUCTION_SKILLS = 64

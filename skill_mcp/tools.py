@@ -1,12 +1,11 @@
-"""The read tools (SPEC §7) and the result conventions every tool shares (SPEC §5.3).
+"""The read tools (SPEC §7): `skill_list`, `skill_load`, `skill_file`, and finding a skill by name.
 
-Handlers take the deployment and validated arguments and return a JSON-able object or
-raise `ToolFailure`; `text_result` and `failure_result` are the results every tool answers with.
+Handlers take the deployment and validated arguments and return a JSON-able object or raise `ToolFailure`;
+results.py turns either into the answer (SPEC §5.3).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -16,49 +15,14 @@ from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES, SKILL_MD
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir
-from .text import encodable, os_error_text, quoted, quoted_path
+from .results import ToolFailure, read_error_text
+from .text import quoted
 
 _MAX_NAMES_IN_HINT = 64
 # Reasons that keep a skill directory (or a link to one) from being served, each reported at its own path (§3.7).
 _REFUSALS = frozenset(
     {"unreadable-skill-md", "malformed-frontmatter", "duplicate-name", "unusable-name", "symlink-escape", "name-mismatch"}
 )
-
-
-class ToolFailure(Exception):
-    """A refusal the caller can act on: `message`, then an optional hint."""
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def text(self) -> str:
-        return self.message if not self.hint else f"{self.message}\n\nHint: {self.hint}"
-
-
-def text_result(text: str, *, is_error: bool = False) -> dict[str, Any]:
-    # A result as a plain dict, as a model dumps it: the SDK validates it against the session's protocol revision
-    # on its way out (a legacy one drops `resultType`), and no model is built and dumped per call.
-    return {"content": [{"type": "text", "text": text}], "isError": is_error, "resultType": "complete"}
-
-
-def failure_result(failure: ToolFailure) -> dict[str, Any]:
-    # A refusal may quote a path under a non-UTF-8 root or data directory: lone surrogates no answer can carry.
-    return text_result(encodable(failure.text()), is_error=True)
-
-
-def minified(value: Any) -> str:
-    """Single-line JSON, non-ASCII as UTF-8: what `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`
-    writes, through pydantic-core's encoder, several times faster on a large file."""
-    from pydantic_core import PydanticSerializationError, to_json  # imported here: `check` and `list` stay light
-
-    try:
-        return to_json(value).decode()
-    except PydanticSerializationError:
-        # A lone surrogate (a root path's non-UTF-8 byte) is no UTF-8: written as its JSON escape, `\udcff`,
-        # it reaches the client as the same string and leaves the line writable.
-        return encodable(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def find_skill(deployment: Deployment, name: str) -> Skill:
@@ -138,7 +102,7 @@ def _listed_skill(deployment: Deployment, skill: Skill) -> dict[str, Any]:
         "executable": bool(runnable) and deployment.run_block is None,
         "scripts": [_script_json(entry) for entry in runnable],
         "unavailableScripts": [
-            {"script": entry.script, "reason": unavailable_reason(deployment, entry)}
+            {"script": entry.script, "reason": deployment.unavailable_reason(entry)}
             for entry in declared
             if not deployment.runnable(entry)
         ],
@@ -157,15 +121,6 @@ def _listed_skill(deployment: Deployment, skill: Skill) -> dict[str, Any]:
 
 def _script_json(entry: RunEntry) -> dict[str, Any]:
     return {"script": entry.script, "interpreter": entry.interpreter, "timeoutMs": entry.timeout_ms, "env": list(entry.env)}
-
-
-def runnable_interpreters(deployment: Deployment) -> str:
-    return ", ".join(sorted(deployment.interpreters)) or "none"
-
-
-def unavailable_reason(deployment: Deployment, entry: RunEntry) -> str:
-    runs = runnable_interpreters(deployment)
-    return f"declares the interpreter {quoted(entry.interpreter)}; this deployment runs: {runs}"
 
 
 # --- skill_load -------------------------------------------------------------------------------
@@ -194,10 +149,6 @@ def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
 
 
 # --- skill_file -------------------------------------------------------------------------------
-
-
-def read_error_text(rel: str, error: OSError) -> str:
-    return f"{quoted_path(rel)} could not be read: {os_error_text(error)}"
 
 
 def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from support import (
 )
 
 from skill_mcp import surfaces, tools
-from skill_mcp.tools import minified
+from skill_mcp.results import ToolFailure, minified
 
 pytestmark = pytest.mark.anyio
 
@@ -540,7 +540,7 @@ def test_skill_file_closes_every_descriptor_it_opened(root, files_skill):
     deployment = deployment_for({"SKILLS_DIR": str(root)})
     before = len(os.listdir("/proc/self/fd"))
     tools.skill_file(deployment, "files", ["notes.md", "image.png", "missing.txt", "sub", "link_out.txt", "notes.md"])
-    with pytest.raises(tools.ToolFailure):
+    with pytest.raises(ToolFailure):
         tools.skill_file(deployment, "files", ["notes.md"] + ["sparse.bin"] * 5)
     assert len(os.listdir("/proc/self/fd")) == before
 
