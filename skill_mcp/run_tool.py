@@ -1,12 +1,11 @@
-"""`skill_run` (SPEC §9.1): the preview stage, the confirmation gate's three paths, one run at a time.
+"""`skill_run` (SPEC §9.1): the confirmation gate's three paths, one run at a time.
 
-The pieces live elsewhere (confirm.py seals and words, runner.py spawns and bounds, reaper.py kills what is left);
-this module orders the checks and talks to the MCP session.
+The pieces live elsewhere (preview.py drafts what would run, confirm.py seals and words, runner.py spawns and bounds,
+reaper.py kills what is left); this module orders the checks and talks to the MCP session.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -21,44 +20,16 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from . import confirm
 from .deployment import Deployment
-from .files import FileTooLarge, sha256_fd
-from .grants import not_granted_advice
 from .hardening import ChildLimits
-from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES
 from .logs import get_logger
-from .model import RunEntry, Skill
-from .paths import PathRefused, SkillDir, is_missing
+from .preview import Draft, Refused, arg_bytes, argv_digest, build_draft
 from .reaper import kill_for_exit, kill_process_group, wait_leader_reaped
-from .results import ToolFailure, failure_result, minified, read_error_text, text_result
+from .results import ToolFailure, failure_result, minified, text_result
 from .runner import RunOutcome, SpawnFailed, build_argv, network_note, run_process, script_environment
 from .schemas import schema_violation
-from .text import cut, encodes_as_utf8, json_for_people, quoted_path
-from .tools import find_skill
+from .text import cut, json_for_people, quoted_path
 
 LEADER_WAIT_SECONDS = 2.0  # at most, for a cancelled run's killed leader to be collected
-
-
-class Refused(ToolFailure):
-    """A preview-stage refusal, tagged with its `run.refused` reason."""
-
-    def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
-        super().__init__(message, hint)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Draft:
-    """What the preview stage settled on: the script to run and exactly what the user approves."""
-
-    skill: Skill
-    entry: RunEntry
-    real_script: str
-    args: tuple[str, ...]
-    will_run: dict[str, Any]
-
-    @property
-    def target(self) -> str:
-        return f"{self.skill.name}/{self.entry.script}"
 
 
 @dataclass
@@ -106,7 +77,7 @@ class RunService:
             return text_result(violation, is_error=True)
         name, script = arguments["name"], arguments["script"]
         try:
-            draft = self._preview_stage(name, script, tuple(arguments.get("args", ())))
+            draft = build_draft(self.deployment, name, script, tuple(arguments.get("args", ())))
         except Refused as refused:
             return self._refused(name, script, refused)
         path = self._confirm_path(ctx)
@@ -140,83 +111,6 @@ class RunService:
         self._log_stopped_end(active)
         return True
 
-    # --- the preview stage (§9.1 steps 2-7) -----------------------------------------------------
-
-    def _preview_stage(self, name: str, script: str, args: tuple[str, ...]) -> Draft:
-        deployment = self.deployment
-        try:
-            skill = find_skill(deployment, name)
-        except ToolFailure as failure:
-            raise Refused("unknown-skill", failure.message, failure.hint) from None
-        if deployment.run_block is not None:
-            raise Refused(
-                "run-blocked",
-                f"no script may run on this server: {deployment.run_block}",
-                "Every skill's instructions and files are still served via skill_load and skill_file.",
-            )
-        entry = self._effective_entry(skill, script)
-        if not deployment.runnable(entry):
-            raise Refused(
-                "interpreter-unavailable",
-                f'{quoted_path(script)} of the skill "{skill.name}" {deployment.unavailable_reason(entry)}, '
-                "so this deployment cannot run it",
-                "The skill's instructions remain available via skill_load.",
-            )
-        real_script, script_sha256 = _resolve_and_hash_script(skill, script)
-        _check_arguments(args)
-        return Draft(skill, entry, real_script, args, self._will_run(skill, entry, script_sha256, args))
-
-    def _effective_entry(self, skill: Skill, script: str) -> RunEntry:
-        effective = self.deployment.effective.get(skill.name, ())
-        for entry in effective:
-            if entry.script == script:
-                return entry
-        if effective:
-            listed = ", ".join(quoted_path(entry.script) for entry in effective)
-            hint = (
-                f"The scripts this skill declares and this deployment accepts: {listed}. Only a script named in "
-                "SKILL.md's mcp-host.run block and accepted for this deployment may run."
-            )
-        else:
-            hint = (
-                "Nothing may run for this skill: a script needs both an mcp-host.run entry in SKILL.md AND "
-                "acceptance by this deployment; skill_list shows which is missing."
-            )
-        if any(entry.script == script for entry in skill.declaration.runs):
-            raise Refused(
-                "not-granted",
-                f'{quoted_path(script)} is declared by the skill "{skill.name}" but is not granted for this '
-                "deployment, so it may not run",
-                f"{hint} {not_granted_advice(self.deployment.grant)}",
-            )
-        undeclared = f'{quoted_path(script)} is not declared as a runnable script by the skill "{skill.name}"'
-        raise Refused("not-declared", undeclared, hint)
-
-    def _will_run(self, skill: Skill, entry: RunEntry, script_sha256: str, args: tuple[str, ...]) -> dict[str, Any]:
-        deployment = self.deployment
-        env = script_environment(deployment.environ, entry.env)
-        will_run: dict[str, Any] = {
-            "skill": skill.name,
-            "interpreter": entry.interpreter,
-            "argv": [entry.script, *args],
-            "cwd": skill.real_dir,
-            "timeoutMs": entry.timeout_ms,  # clamped to MAX_TIMEOUT_MS when declared
-            "scriptSha256": script_sha256,
-            "envNames": sorted(env),
-        }
-        not_set = [name for name in entry.env if name not in deployment.environ]
-        if not_set:
-            will_run["envNotSet"] = not_set
-        handed = [name for name in entry.env if name in env]
-        if deployment.grant.rows is None and handed:  # no grant: the declaration alone asked for these
-            will_run["envWarning"] = (
-                "No MCP_SKILL_RUN grant is set, so this third-party script will be handed the VALUES of "
-                f"{', '.join(handed)} from this server's environment only because its own SKILL.md asked; "
-                "approve only if you would give this skill those secrets. Set MCP_SKILL_RUN to grant "
-                "variables explicitly."
-            )
-        return will_run
-
     # --- the gate (§11) ---------------------------------------------------------------------------
 
     def _mode(self) -> str:
@@ -243,7 +137,7 @@ class RunService:
         if decision != "accepted":
             return text_result(minified(confirm.not_confirmed()))
         try:
-            fresh = self._preview_stage(draft.skill.name, draft.entry.script, draft.args)
+            fresh = build_draft(self.deployment, draft.skill.name, draft.entry.script, draft.args)
         except Refused as refused:  # the skill changed while the user was deciding
             return self._refused(draft.skill.name, draft.entry.script, refused)
         if fresh.will_run != draft.will_run:  # the user's "accepted" is logged; so is why it approves nothing
@@ -471,7 +365,7 @@ class RunService:
     def _log_preview(self, draft: Draft, path: str) -> None:
         self._log.info(
             "run.preview", skill=draft.skill.name, script=draft.entry.script, interpreter=draft.entry.interpreter,
-            argc=len(draft.args), argBytes=_arg_bytes(draft.args), argvSha256=argv_digest(draft),
+            argc=len(draft.args), argBytes=arg_bytes(draft.args), argvSha256=argv_digest(draft),
             envNames=draft.will_run["envNames"], confirmPath=self._logged_path(path),
         )
 
@@ -499,58 +393,6 @@ def _decision(answer: Any) -> str:
     return {"decline": "declined", "cancel": "cancelled"}.get(action, "failed")
 
 
-def _arg_bytes(args: tuple[str, ...]) -> int:
-    return sum(len(arg.encode("utf-8")) for arg in args)  # after _check_arguments: every one encodes
-
-
 def _preview_json(value: dict[str, Any]) -> str:
     """A result carrying a preview, which the user is shown to approve: written so nothing in it reorders."""
     return json_for_people(minified(value))
-
-
-def argv_digest(draft: Draft) -> str:
-    return hashlib.sha256(confirm.canonical_json(draft.will_run["argv"])).hexdigest()
-
-
-def _check_arguments(args: tuple[str, ...]) -> None:
-    hint = "Pass a path (for example a file under MCP_DATA_DIR) rather than a payload."
-    if len(args) > MAX_ARGS:
-        raise Refused("bad-arguments", f"too many arguments: {len(args)}, the cap is {MAX_ARGS}", hint)
-    if any("\0" in arg for arg in args):
-        raise Refused("bad-arguments", "an argument contains a NUL byte", "Arguments are C strings; remove the NUL.")
-    if not all(map(encodes_as_utf8, args)):  # a lone surrogate: no bytes the preview could have shown
-        raise Refused(
-            "bad-arguments", "an argument is not Unicode text: it holds a lone surrogate", "Pass arguments as text."
-        )
-    total = _arg_bytes(args)
-    if total > MAX_ARG_BYTES:
-        raise Refused("bad-arguments", f"arguments total {total} bytes, over the {MAX_ARG_BYTES}-byte cap", hint)
-
-
-def _resolve_and_hash_script(skill: Skill, script: str) -> tuple[str, str]:
-    """The script's real path and the SHA-256 of its bytes, through the resolve check (§9.1 step 6)."""
-    try:
-        fd, real_script, _ = SkillDir(skill.real_dir).open(script)
-        try:
-            script_sha256, _ = sha256_fd(fd, MAX_SCRIPT_BYTES)
-        finally:
-            os.close(fd)
-    except PathRefused as refused:
-        never_there = all(entry.path != script for entry in skill.manifest)  # at boot, that is: see skill_load
-        if never_there and is_missing(os.path.join(skill.real_dir, script)):
-            hint = (
-                "The skill declares it, but there is no such file in the skill (skill_list's problems report it as "
-                "declared-script-missing): only the skill's author can fix that."
-            )
-            raise Refused("path-refused", refused.message, hint) from None
-        raise Refused("path-refused", refused.message, refused.hint) from None
-    except FileTooLarge:
-        raise Refused(
-            "path-refused",
-            f"{quoted_path(script)} is more than {MAX_SCRIPT_BYTES} bytes, the cap for a script; it is not run",
-            "A script this large is not run here; its skill can ship a smaller entry point.",
-        ) from None
-    except OSError as error:
-        hint = "A script must be a regular file inside its skill that the server's user can read."
-        raise Refused("path-refused", read_error_text(script, error), hint) from None
-    return real_script, script_sha256

@@ -26,6 +26,7 @@ from pydantic import TypeAdapter
 from structlog.testing import capture_logs
 from support import ERAS, REPO, connect, deployment_for, error_text, payload, write_skill
 
+from skill_mcp import preview as preview_module
 from skill_mcp import run_tool
 from skill_mcp.run_tool import RunService
 from skill_mcp.runner import RunOutcome
@@ -1642,8 +1643,8 @@ async def test_the_resolve_check_comes_before_the_argument_caps(fence: Fence, er
 def test_more_than_64_arguments_are_refused_by_the_argument_check_itself() -> None:
     # On the wire the schema's maxItems answers first (step 1); step 7 keeps its own cap and message, so the cap
     # does not rest on the published schema alone.
-    with pytest.raises(run_tool.Refused) as refused:
-        run_tool._check_arguments(("a",) * 65)
+    with pytest.raises(preview_module.Refused) as refused:
+        preview_module._check_arguments(("a",) * 65)
     assert refused.value.text() == f"too many arguments: 65, the cap is 64\n\nHint: {ARGS_HINT}"
 
 
