@@ -20,6 +20,15 @@ from .runner import script_environment
 from .text import encodes_as_utf8, quoted_path
 from .tools import find_skill
 
+_NOTHING_MAY_RUN_HINT = (
+    "Nothing may run for this skill: a script needs both an mcp-host.run entry in SKILL.md AND "
+    "acceptance by this deployment; skill_list shows which is missing."
+)
+_SCRIPT_MISSING_HINT = (
+    "The skill declares it, but there is no such file in the skill (skill_list's problems report it as "
+    "declared-script-missing): only the skill's author can fix that."
+)
+
 
 class Refused(ToolFailure):
     """A preview-stage refusal, tagged with its `run.refused` reason."""
@@ -81,10 +90,7 @@ def _effective_entry(deployment: Deployment, skill: Skill, script: str) -> RunEn
             "SKILL.md's mcp-host.run block and accepted for this deployment may run."
         )
     else:
-        hint = (
-            "Nothing may run for this skill: a script needs both an mcp-host.run entry in SKILL.md AND "
-            "acceptance by this deployment; skill_list shows which is missing."
-        )
+        hint = _NOTHING_MAY_RUN_HINT
     if any(entry.script == script for entry in skill.declaration.runs):
         raise Refused(
             "not-granted",
@@ -107,11 +113,7 @@ def _resolve_and_hash_script(skill: Skill, script: str) -> tuple[str, str]:
     except PathRefused as refused:
         never_there = all(entry.path != script for entry in skill.manifest)  # at boot, that is: see skill_load
         if never_there and is_missing(os.path.join(skill.real_dir, script)):
-            hint = (
-                "The skill declares it, but there is no such file in the skill (skill_list's problems report it as "
-                "declared-script-missing): only the skill's author can fix that."
-            )
-            raise Refused("path-refused", refused.message, hint) from None
+            raise Refused("path-refused", refused.message, _SCRIPT_MISSING_HINT) from None
         raise Refused("path-refused", refused.message, refused.hint) from None
     except FileTooLarge:
         raise Refused(

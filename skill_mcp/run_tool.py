@@ -30,6 +30,9 @@ from .schemas import schema_violation
 from .text import cut, json_for_people, quoted_path
 
 LEADER_WAIT_SECONDS = 2.0  # at most, for a cancelled run's killed leader to be collected
+_SPEND_FAILED_HINT = (
+    "MCP_DATA_DIR must be an existing directory the server's user can write: the spent-token store is kept in it."
+)
 
 
 @dataclass
@@ -80,15 +83,15 @@ class RunService:
             draft = build_draft(self.deployment, name, script, tuple(arguments.get("args", ())))
         except Refused as refused:
             return self._refused(name, script, refused)
-        path = self._confirm_path(ctx)
-        self._log_preview(draft, path)
+        confirm_path = self._confirm_path(ctx)
+        self._log_preview(draft, confirm_path)
         token = arguments.get("confirmToken")
-        could_run = path != "token" or (token is not None and self._mode() != "refuse")
+        could_run = confirm_path != "token" or (token is not None and self._confirm_mode() != "refuse")
         if could_run and self._busy and not await self._freed_by_a_stopped_run():
             return self._busy_refusal(draft)
-        if path == "elicitation":
+        if confirm_path == "elicitation":
             return await self._path_elicitation(ctx, draft)
-        if path == "input-required":
+        if confirm_path == "input-required":
             return await self._path_input_required(ctx, draft)
         return await self._path_token(draft, token)
 
@@ -113,7 +116,7 @@ class RunService:
 
     # --- the gate (§11) ---------------------------------------------------------------------------
 
-    def _mode(self) -> str:
+    def _confirm_mode(self) -> str:
         return self.deployment.config.confirm_mode
 
     def _confirm_path(self, ctx: ServerRequestContext[Any]) -> confirm.ConfirmPath:
@@ -143,7 +146,7 @@ class RunService:
         if fresh.will_run != draft.will_run:  # the user's "accepted" is logged; so is why it approves nothing
             self._log_confirm(draft, "elicitation", confirm.DRAFT_CHANGED)
             return text_result(_preview_json(confirm.draft_changed(fresh.will_run)), is_error=True)
-        return await self._run_once(fresh, None, "elicitation")
+        return await self._spend_and_run(fresh, None, "elicitation")
 
     async def _path_input_required(
         self, ctx: ServerRequestContext[Any], draft: Draft
@@ -171,7 +174,7 @@ class RunService:
         self._log_confirm(draft, "input-required", "accepted" if approval else "asked")
         if approval is None:
             return self._ask(draft)
-        return await self._run_once(draft, approval, "input-required")
+        return await self._spend_and_run(draft, approval, "input-required")
 
     def _ask(self, draft: Draft) -> types.InputRequiredResult:
         message, schema = confirm.elicitation_question(draft.will_run)
@@ -185,7 +188,7 @@ class RunService:
         )
 
     async def _path_token(self, draft: Draft, token: str | None) -> dict[str, Any]:
-        mode = self._mode()
+        mode = self._confirm_mode()
         if mode == "refuse":
             self._log_confirm(draft, "token", "confirmation-unsupported")
             return text_result(minified(confirm.confirmation_unsupported(self._unsupported_cause())))
@@ -201,14 +204,14 @@ class RunService:
             return text_result(_preview_json(confirm.draft_changed(draft.will_run, offer)), is_error=True)
         if not verdict.ok:
             return text_result(minified(confirm.rejection(verdict.error)), is_error=True)
-        return await self._run_once(draft, verdict.approval, "token")
+        return await self._spend_and_run(draft, verdict.approval, "token")
 
     def _offer(self, draft: Draft, payload: str) -> dict[str, Any]:
         ttl = self.deployment.config.ttl_seconds
         token, expires_ms = confirm.issue_token(
             self._key, draft.target, payload, self._clock_ms(), ttl, self._random_bytes(confirm.NONCE_BYTES)
         )
-        return {"token": token, "expires_ms": expires_ms, "ttl_s": ttl, "mode": self._mode()}
+        return {"token": token, "expires_ms": expires_ms, "ttl_s": ttl, "mode": self._confirm_mode()}
 
     def _unsupported_cause(self) -> str:
         config = self.deployment.config
@@ -245,7 +248,10 @@ class RunService:
             )
         )
 
-    async def _run_once(self, draft: Draft, approval: confirm.Approval | None, path: str) -> dict[str, Any]:
+    async def _spend_and_run(
+        self, draft: Draft, approval: confirm.Approval | None, confirm_path: str
+    ) -> dict[str, Any]:
+        """Take the one-run slot, spend the approval (None on the elicitation path: nothing to spend), run, free it."""
         if self._busy and not await self._freed_by_a_stopped_run():
             return self._busy_refusal(draft)
         # From here to `self._busy = True`, a check-and-set with no await in between.
@@ -260,10 +266,10 @@ class RunService:
                     spent_now = self._spent.spend(approval.nonce, approval.expires_ms, self._clock_ms())
                 except confirm.SpentStoreError as error:
                     message = f"the approval could not be recorded as spent ({error}); nothing was run"
-                    refusal = Refused("spend-failed", message, "MCP_DATA_DIR must be an existing directory the server's user can write: the spent-token store is kept in it.")
+                    refusal = Refused("spend-failed", message, _SPEND_FAILED_HINT)
                     return self._refused(draft.skill.name, draft.entry.script, refusal)
                 if not spent_now:  # spent by another server sharing the store since this one checked
-                    self._log_confirm(draft, path, confirm.TOKEN_REUSED)
+                    self._log_confirm(draft, confirm_path, confirm.TOKEN_REUSED)
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
             return await self._execute(draft)
         finally:
@@ -288,7 +294,7 @@ class RunService:
         config = deployment.config
         limits = ChildLimits(config.rlimit_nproc, config.rlimit_as_mb)
         timeout_ms = draft.will_run["timeoutMs"]
-        env_names = sorted(env)
+        env_names = sorted(env)  # what is handed, by construction; equal to the preview's envNames (same environ)
         started_at = time.monotonic()
 
         def started(pid: int) -> None:
@@ -312,10 +318,10 @@ class RunService:
         result = self._result(draft, outcome, env_names)
         if self._active is not None and not self._claim_end(self._active):
             return text_result(minified(result))  # a shutdown logged this run's end as it killed it
-        self._log.info(
-            "run.end", skill=draft.skill.name, script=entry.script, exitCode=outcome.exit_code, signal=outcome.signal,
-            timedOut=outcome.timed_out, durationMs=outcome.duration_ms, truncated=result["truncated"],
-            stdoutBytes=outcome.stdout_bytes, stderrBytes=outcome.stderr_bytes, env=env_names,
+        self._log_end(
+            draft, env_names, exit_code=outcome.exit_code, signal=outcome.signal, timed_out=outcome.timed_out,
+            duration_ms=outcome.duration_ms, truncated=result["truncated"], stdout_bytes=outcome.stdout_bytes,
+            stderr_bytes=outcome.stderr_bytes,
         )
         return text_result(minified(result))
 
@@ -352,27 +358,39 @@ class RunService:
         """`run.end` for a run killed before it settled, so nothing was captured; once, whoever stopped it."""
         if not self._claim_end(active):
             return
-        self._log.info(
-            "run.end", skill=active.draft.skill.name, script=active.draft.entry.script, exitCode=None,
-            signal="SIGKILL", timedOut=False, durationMs=int((time.monotonic() - active.started_at) * 1000),
-            truncated=None, stdoutBytes=None, stderrBytes=None, env=active.env_names, cancelled=True,
+        self._log_end(
+            active.draft, active.env_names, exit_code=None, signal="SIGKILL", timed_out=False,
+            duration_ms=int((time.monotonic() - active.started_at) * 1000), truncated=None, stdout_bytes=None,
+            stderr_bytes=None, cancelled=True,
         )
 
-    def _logged_path(self, path: str) -> str:
-        # In refuse mode the token path is where every run stops; the logs name it so (§13).
-        return "refused" if path == "token" and self._mode() == "refuse" else path
+    def _log_end(
+        self, draft: Draft, env_names: list[str], *, exit_code: int | None, signal: str | None, timed_out: bool,
+        duration_ms: int, truncated: dict[str, bool] | None, stdout_bytes: int | None, stderr_bytes: int | None,
+        cancelled: bool = False,
+    ) -> None:
+        # One field list for a settled run and a stopped one, so the two `run.end` shapes cannot drift apart.
+        self._log.info(
+            "run.end", skill=draft.skill.name, script=draft.entry.script, exitCode=exit_code, signal=signal,
+            timedOut=timed_out, durationMs=duration_ms, truncated=truncated, stdoutBytes=stdout_bytes,
+            stderrBytes=stderr_bytes, env=env_names, **({"cancelled": True} if cancelled else {}),
+        )
 
-    def _log_preview(self, draft: Draft, path: str) -> None:
+    def _logged_path(self, confirm_path: str) -> str:
+        # In refuse mode the token path is where every run stops; the logs name it so (§13).
+        return "refused" if confirm_path == "token" and self._confirm_mode() == "refuse" else confirm_path
+
+    def _log_preview(self, draft: Draft, confirm_path: str) -> None:
         self._log.info(
             "run.preview", skill=draft.skill.name, script=draft.entry.script, interpreter=draft.entry.interpreter,
             argc=len(draft.args), argBytes=arg_bytes(draft.args), argvSha256=argv_digest(draft),
-            envNames=draft.will_run["envNames"], confirmPath=self._logged_path(path),
+            envNames=draft.will_run["envNames"], confirmPath=self._logged_path(confirm_path),
         )
 
-    def _log_confirm(self, draft: Draft, path: str, decision: str | None) -> None:
+    def _log_confirm(self, draft: Draft, confirm_path: str, decision: str | None) -> None:
         self._log.info(
-            "run.confirm", skill=draft.skill.name, script=draft.entry.script, confirmPath=self._logged_path(path),
-            decision=decision,
+            "run.confirm", skill=draft.skill.name, script=draft.entry.script,
+            confirmPath=self._logged_path(confirm_path), decision=decision,
         )
 
 
