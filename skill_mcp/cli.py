@@ -107,9 +107,12 @@ def _run(args: list[str]) -> int:
 
 def write_stdout(text: str, code: int) -> int:
     """`text` (if any) printed on stdout, then `code`; or, when stdout cannot be written, what _stdout_failed says."""
+    # The notes and warnings written so far come first: on a terminal both streams share, stderr's writer thread
+    # would otherwise put them in the middle of the report's lines.
+    drain_stderr(EXIT_DRAIN_SECONDS)
     try:
         if text:
-            print(text)
+            sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except OSError as error:
         return _stdout_failed(error, code)

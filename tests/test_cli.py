@@ -8,6 +8,7 @@ import errno
 import fcntl
 import json
 import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -187,6 +188,25 @@ def test_check_notes_scripts_no_deployment_can_run_without_failing(root: Path, e
         f'skill-mcp: note: shell-only: "run.sh" {never}',
         f'skill-mcp: note: upload: "scripts/run.sh" {never}',
     ]
+
+
+def test_on_a_terminal_the_notes_come_before_the_report_and_never_inside_its_lines(root: Path, elsewhere: Path) -> None:
+    # Both streams on one terminal: stderr's writer thread used to put a note between a line and its newline.
+    runnable_tree(root)
+    for _ in range(5):
+        controller, terminal = pty.openpty()
+        process = subprocess.Popen([*ENTRY_POINTS["script"], "check", str(root)], cwd=elsewhere, env=BASE_ENV,
+                                   stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)  # fmt: skip
+        os.close(terminal)
+        seen = b""
+        with contextlib.suppress(OSError):  # EIO once the command has exited and closed the terminal
+            while chunk := os.read(controller, 65536):
+                seen += chunk
+        os.close(controller)
+        assert process.wait(timeout=PROMPT_SECONDS) == 0
+        lines = seen.decode().splitlines()
+        assert [line[: len("skill-mcp: note:")] for line in lines[:3]] == ["skill-mcp: note:"] * 3
+        assert lines[3:] == ["3 skill(s), 0 problem(s)"]
 
 
 def test_check_notes_a_root_holding_no_skill(root: Path, elsewhere: Path) -> None:
