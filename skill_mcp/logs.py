@@ -26,6 +26,7 @@ _ROOT_PROBLEM = (
 def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None) -> None:
     """`level` is one of config.LOG_LEVELS, `fmt` json or console (config validated both)."""
     stream = stream or sys.stderr
+    threshold = logging.getLevelNamesMapping()[level.upper()]
     renderer: Any
     stamp: list[Any] = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True)]
     if fmt == "console":
@@ -38,13 +39,13 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
         renderer = lambda *event: json_for_people(json_line(*event))  # noqa: E731
     structlog.configure(
         processors=[*stamp, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
-    # The SDK logs through the standard library, at warning and above: rendered like ours, so stderr stays one
-    # object per line. Its message template is kept without its arguments, and an exception only by its type:
-    # either can carry what a call validated (arguments, file contents), which no log may hold.
+    # The SDK logs through the standard library, from warning (or a higher threshold) up: rendered like ours, so
+    # stderr stays one object per line. Its message template is kept without its arguments, and an exception only
+    # by its type: either can carry what a call validated (arguments, file contents), which no log may hold.
     sdk_handler = logging.StreamHandler(stream)
     sdk_handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
@@ -53,7 +54,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
             use_get_message=False,
         )
     )
-    logging.basicConfig(handlers=[sdk_handler], level=logging.WARNING, force=True)
+    logging.basicConfig(handlers=[sdk_handler], level=max(logging.WARNING, threshold), force=True)
 
 
 def _printable_strings(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:

@@ -414,6 +414,19 @@ def test_the_sdks_stdlib_logging_is_kept_at_warning():
     assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["warned"]
 
 
+def test_the_sdks_warnings_are_silenced_by_an_error_threshold():
+    stream = io.StringIO()
+    configure_logging(level="error", stream=stream)
+    try:
+        sdk = logging.getLogger("mcp.server.runner")
+        sdk.warning("dropped %r: malformed params", "WARNING-SENTINEL")
+        sdk.error("failed")
+    finally:
+        structlog.reset_defaults()
+        logging.basicConfig(force=True)
+    assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["failed"]
+
+
 def test_a_non_utf8_root_is_answered_as_json_escapes(tmp_path):
     # The root's byte 0xff decodes to a lone surrogate, which no UTF-8 line can carry; the SDK's writer used to
     # die on it, taking the session down.
