@@ -98,16 +98,19 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         return types.ListPromptsResult.model_validate({"prompts": surfaces.prompts(deployment)})
 
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        return types.GetPromptResult.model_validate(answer("prompts/get", lambda: surfaces.prompt(deployment, params.name)))
+        return answer("prompts/get", lambda: types.GetPromptResult.model_validate(surfaces.prompt(deployment, params.name)))
 
     # The listing comes from the boot-time manifest, so a page is built, validated and dumped once while it is
     # among the last RESOURCE_PAGES_KEPT asked for (a few MiB, where every page of a huge catalog could take GiBs);
     # a plain dict spares the SDK a model dump per request, and it still validates every answer on its way out.
     @functools.lru_cache(maxsize=RESOURCE_PAGES_KEPT)
     def resource_page(cursor: str | None) -> dict[str, Any]:
-        page, next_cursor = answer("resources/list", lambda: surfaces.resources_page(deployment, cursor))
-        result = types.ListResourcesResult.model_validate({"resources": page, "nextCursor": next_cursor})
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        def page() -> dict[str, Any]:
+            resources, next_cursor = surfaces.resources_page(deployment, cursor)
+            result = types.ListResourcesResult.model_validate({"resources": resources, "nextCursor": next_cursor})
+            return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+        return answer("resources/list", page)
 
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         return resource_page(params.cursor if params else None)
@@ -119,7 +122,8 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": [surfaces.RESOURCE_TEMPLATE]})
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        return types.ReadResourceResult.model_validate(answer("resources/read", lambda: surfaces.read_resource(deployment, str(params.uri))))
+        uri = str(params.uri)
+        return answer("resources/read", lambda: types.ReadResourceResult.model_validate(surfaces.read_resource(deployment, uri)))
 
     server: Server[Any] = Server(
         "skill-mcp",

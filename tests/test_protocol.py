@@ -388,9 +388,14 @@ async def test_a_handler_exception_is_an_error_result_and_logged(deployment, era
         ("resources/read", "read_resource", lambda client: client.read_resource("skill://alpha/bad.bin", cache_mode="bypass")),
     ],
 )
-async def test_an_unexpected_failure_in_a_method_is_internal_error(deployment, era, monkeypatch, method, target, request_it):
+@pytest.mark.parametrize("failure", ["raises", "answers no valid result"])
+async def test_an_unexpected_failure_in_a_method_is_internal_error(deployment, era, monkeypatch, method, target, request_it,
+                                                                   failure):  # fmt: skip
+    # A result the server itself got wrong is no fault of the client's params: -32603 too, not -32602.
     def explode(*args, **kwargs):
-        raise RuntimeError("/secret/path in the exception text")
+        if failure == "raises":
+            raise RuntimeError("/secret/path in the exception text")
+        return ([{"uri": 5}], None) if target == "resources_page" else {"contents": 5, "messages": 5}
 
     monkeypatch.setattr(surfaces, target, explode)
     with structlog.testing.capture_logs() as logs:
@@ -403,7 +408,8 @@ async def test_an_unexpected_failure_in_a_method_is_internal_error(deployment, e
             )
             assert payload(await client.call_tool("skill_list", {}))["skills"][0]["name"] == "alpha"
     assert [entry for entry in logs if entry["event"] == "method.error"] == [
-        {"event": "method.error", "method": method, "errorType": "RuntimeError", "log_level": "error"}
+        {"event": "method.error", "method": method, "errorType": "RuntimeError" if failure == "raises" else "ValidationError",
+         "log_level": "error"}
     ]
 
 
