@@ -9,7 +9,7 @@ from .deployment import Deployment
 from .extension_members import exclusion_reason
 from .files import media_type, sha256_fd
 from .frontmatter import frontmatter_to_json
-from .limits import SKILL_MD
+from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
@@ -41,12 +41,14 @@ def _resource_paths(skill: Skill) -> list[str]:
 
 
 def _digests(skill: Skill) -> list[dict[str, Any]] | str:
-    """Each resource's digest and size, hashed now; DYNAMIC when the skill is too large to hash or a read fails."""
+    """Each resource's digest and size, hashed now; DYNAMIC when the skill is too large to hash, a read fails, or a
+    file is larger than `resources/read` serves (§8.2 cuts it at MAX_FILE_BYTES): its digest could not be checked."""
     paths = _resource_paths(skill)
     if (
         skill.file_limit_hit
         or len(paths) > MAX_DIGEST_ENTRIES
         or sum(entry.size for entry in skill.manifest) > MAX_DIGEST_BYTES
+        or any(entry.size > MAX_FILE_BYTES for entry in skill.manifest)
     ):
         return DYNAMIC
     resources: list[dict[str, Any]] = []
@@ -54,9 +56,10 @@ def _digests(skill: Skill) -> list[dict[str, Any]] | str:
     try:
         directory = SkillDir(skill.real_dir)
         for rel in paths:
-            # The remaining budget caps each file, so hashing stops as soon as the total passes it.
+            # Each file is capped by what resources/read serves and by the remaining budget, so hashing stops as
+            # soon as one grew past the read cap since the walk, or the total passes the budget.
             with directory.opened(rel) as (fd, _):
-                digest, size = sha256_fd(fd, MAX_DIGEST_BYTES - hashed)
+                digest, size = sha256_fd(fd, min(MAX_FILE_BYTES, MAX_DIGEST_BYTES - hashed))
             hashed += size
             resources.append({"uri": resource_uri(skill.name, rel), "digest": f"sha256:{digest}", "size": size})
     except (PathRefused, OSError):

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=UNAVAILABLE or "
 
 @pytest.fixture(scope="module")
 def fixture_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One extension skill with a nested directory, and two skills the extension excludes."""
+    """Two extension skills, one with a nested directory, one with a file over 1 MiB; two the extension excludes."""
     root = tmp_path_factory.mktemp("inspector").resolve()
     write_skill(
         root,
@@ -28,6 +28,8 @@ def fixture_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "name: alpha\ndescription: The alpha skill.\nmetadata:\n  created: 2024-01-02\n",
         files={"scripts/run.py": "print('alpha')\n", "scripts/lib/util.js": "export const x = 1;\n", "notes.txt": "notes\n"},
     )
+    # resources/read serves 1 MiB of a file: a skill with a larger one is "dynamic", never a digest no read can match
+    write_skill(root, "large", "name: large\ndescription: Bundles a large file.\n", files={"big.txt": "a" * 2_000_000})
     write_skill(root, "mismatch", "name: other\ndescription: Named otherwise.\n")
     write_skill(root, "silent", "name: silent\n")
     return root
@@ -54,7 +56,10 @@ def test_skills_list_passes_verify(fixture_tree: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "no conformance errors" in (run.stdout + run.stderr).lower()
     verified = reports(run.stdout)
-    assert [(report["uri"], report["outcome"]) for report in verified] == [("skill://alpha/SKILL.md", "verified")]
+    assert [(report["uri"], report["outcome"]) for report in verified] == [
+        ("skill://alpha/SKILL.md", "verified"),
+        ("skill://large/SKILL.md", "unverifiable"),
+    ]
     assert [file["uri"] for file in verified[0]["files"]] == [  # type: ignore[union-attr]
         "skill://alpha/SKILL.md",
         "skill://alpha/notes.txt",
