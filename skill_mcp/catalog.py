@@ -1,7 +1,7 @@
 """Roots → Catalog: the three layouts, candidate reading, duplicates and the limit (SPEC §3).
 
-With manifest.py (each skill's walk), the only modules that walk directories. `discover` never raises; every failure
-becomes a Problem.
+With manifest.py (each skill's walk), the only modules that walk skill directories. `discover` never raises;
+every failure becomes a Problem.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from skill_mcp.declaration import read_declaration
 from skill_mcp.files import CappedRead, read_capped_fd
 from skill_mcp.frontmatter import FrontmatterError, description, frontmatter_name, parse_skill_md, when_to_use
 from skill_mcp.limits import MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
-from skill_mcp.manifest import ManifestWalk, by_path, walk_manifest
+from skill_mcp.manifest import ManifestWalk, walk_manifest
 from skill_mcp.model import Catalog, Problem, Skill
 from skill_mcp.paths import PathRefused, SkillDir, is_within, reach_error, real_path
 from skill_mcp.text import encodable, os_error_text, quoted, quoted_path
@@ -295,7 +295,7 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
         source=source,
         body=body,
         body_truncated=capped.truncated,
-        manifest=by_path(walk.files),
+        manifest=walk.manifest,
         declaration=declaration,
         frontmatter=frontmatter,
         description=description(frontmatter),

@@ -177,7 +177,7 @@ def serve() -> int:
         from .deployment import build_deployment
         from .lifecycle import serve_stdio
         from .logs import configure_logging, get_logger, log_boot, log_ready
-        from .reaper import collect_adopted_as_they_die
+        from .reaper import reap_adopted_as_they_die
         from .run_tool import RunService
         from .server import build_server
 
@@ -194,7 +194,7 @@ def serve() -> int:
 
     def on_listening() -> None:
         log_ready(log, deployment)
-        collect_adopted_as_they_die()  # as PID 1 too, before any run: an operator's job is collected when it ends
+        reap_adopted_as_they_die()  # as PID 1 too, before any run: an operator's job is collected when it ends
 
     anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end, on_listening)
     return EXIT_OK

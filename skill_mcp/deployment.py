@@ -40,6 +40,10 @@ class Deployment:
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {skill.name: skill for skill in self.skills})
 
+    def effective_runs(self, skill: Skill) -> tuple[RunEntry, ...]:
+        """What `skill` may run here: its declaration, as the grant (if any) narrowed it."""
+        return self.effective.get(skill.name, ())
+
     def runnable(self, entry: RunEntry) -> bool:
         return entry.interpreter in self.interpreters
 

@@ -1,4 +1,4 @@
-"""One skill's manifest walk (SPEC §3.5); with catalog.py, the only module that walks directories."""
+"""One skill's manifest walk (SPEC §3.5); with catalog.py, the only modules that walk skill directories."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def walk_manifest(real_dir: str, report: Callable[[str, str], None]) -> Manifest
     """§3.5: breadth-first, sorted, regular files only, bounded by the file and directory caps."""
     walk = ManifestWalk(report)
     try:
-        walk.run(real_dir)
+        walk._run(real_dir)
     finally:
-        walk.report_unusable_rest()
+        walk._report_unusable_rest()
     return walk
 
 
@@ -47,7 +47,12 @@ class ManifestWalk:
         self.skipped = PathTally()
         self.unlisted_dirs = PathTally()
 
-    def run(self, real_dir: str) -> None:
+    @property
+    def manifest(self) -> tuple[ManifestEntry, ...]:
+        """The files listed, in manifest order (by path; the walk lists them breadth-first)."""
+        return tuple(sorted(self.files, key=lambda entry: entry.path))
+
+    def _run(self, real_dir: str) -> None:
         """Walks until done or until a cap stops it (`hit_limit`)."""
         self.queue.append((real_dir, ""))
         while self.queue:
@@ -121,7 +126,7 @@ class ManifestWalk:
         else:
             self.unusable_unreported += 1
 
-    def report_unusable_rest(self) -> None:
+    def _report_unusable_rest(self) -> None:
         if self.unusable_unreported:
             self.report(
                 "unusable-path",
@@ -156,7 +161,3 @@ def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]] | 
 
 def _name(entry: os.DirEntry[str]) -> str:
     return entry.name
-
-
-def by_path(files: list[ManifestEntry]) -> tuple[ManifestEntry, ...]:
-    return tuple(sorted(files, key=lambda entry: entry.path))

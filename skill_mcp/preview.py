@@ -31,7 +31,7 @@ _SCRIPT_MISSING_HINT = (
 
 
 class Refused(ToolFailure):
-    """A preview-stage refusal, tagged with its `run.refused` reason."""
+    """A `skill_run` refusal, tagged with its `run.refused` reason: the preview stage's, and the run stage's."""
 
     def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
         super().__init__(message, hint)
@@ -51,6 +51,11 @@ class Draft:
     @property
     def target(self) -> str:
         return f"{self.skill.name}/{self.entry.script}"
+
+    @property
+    def argv_sha256(self) -> str:
+        """What the logs carry of the arguments (§13): the hex SHA-256 of the canonical JSON of argv."""
+        return hashlib.sha256(confirm.canonical_json(self.will_run["argv"])).hexdigest()
 
 
 def build_draft(deployment: Deployment, name: str, script: str, args: tuple[str, ...]) -> Draft:
@@ -79,7 +84,7 @@ def build_draft(deployment: Deployment, name: str, script: str, args: tuple[str,
 
 
 def _effective_entry(deployment: Deployment, skill: Skill, script: str) -> RunEntry:
-    effective = deployment.effective.get(skill.name, ())
+    effective = deployment.effective_runs(skill)
     for entry in effective:
         if entry.script == script:
             return entry
@@ -111,7 +116,8 @@ def _resolve_and_hash_script(skill: Skill, script: str) -> tuple[str, str]:
         finally:
             os.close(fd)
     except PathRefused as refused:
-        never_there = all(entry.path != script for entry in skill.manifest)  # at boot, that is: see skill_load
+        # Not in the boot-time manifest (what skill_load lists), and not there now: a declared file never shipped.
+        never_there = all(entry.path != script for entry in skill.manifest)
         if never_there and is_missing(os.path.join(skill.real_dir, script)):
             raise Refused("path-refused", refused.message, _SCRIPT_MISSING_HINT) from None
         raise Refused("path-refused", refused.message, refused.hint) from None
@@ -171,7 +177,3 @@ def _will_run(
             "variables explicitly."
         )
     return will_run
-
-
-def argv_digest(draft: Draft) -> str:
-    return hashlib.sha256(confirm.canonical_json(draft.will_run["argv"])).hexdigest()

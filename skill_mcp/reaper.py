@@ -1,5 +1,6 @@
 """What a script leaves running (SPEC §9.4): kill its process group and the groups it made in its session, and,
-where the server adopts orphans (a subreaper or PID 1), sweep every process it left, collecting each as it dies."""
+where the server adopts orphans (a subreaper or PID 1), sweep every process it left, reaping each as it dies. The
+runner registers each script's leader here, so the sweeps leave it to its Popen."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ _QUIET_PASS_GAP_S = 0.001
 _DEATH_POLL_S = 0.0002
 _EXIT_WAIT_S = 0.5  # at the server's exit, for a killed leader to die, so what it left is adopted and swept
 
-# Leaders spawned by the runner that their Popen has not collected yet: their start time (clock ticks since boot),
-# and an event set once collected. The sweep of adopted processes leaves them to their Popen, and spares any
+# Leaders spawned by the runner that their Popen has not reaped yet: their start time (clock ticks since boot),
+# and an event set once reaped. The sweep of adopted processes leaves them to their Popen, and spares any
 # process older than the script.
 _LEADERS: dict[int, tuple[int, asyncio.Event]] = {}
 # The start time of the oldest leader whose sweep ran out of time: every later sweep goes back that far, so what
@@ -29,20 +30,20 @@ _sweep_floor: int | None = None
 
 
 def track_leader(pid: int) -> None:
-    """A script's leader has just been spawned: its Popen collects it, and sweeps spare what is older than it."""
+    """A script's leader has just been spawned: its Popen reaps it, and sweeps spare what is older than it."""
     fields = _stat_fields(pid)
     _LEADERS[pid] = (int(fields[STAT_START_TIME]) if fields else 0, asyncio.Event())
 
 
 def mark_leader_reaped(pid: int) -> None:
-    """The leader's Popen has collected it: wake whoever waits in `wait_leader_reaped`."""
+    """The leader's Popen has reaped it: wake whoever waits in `wait_leader_reaped`."""
     leader = _LEADERS.pop(pid, None)
     if leader is not None:
         leader[1].set()
 
 
 async def wait_leader_reaped(pid: int) -> None:
-    """Returns once the leader `pid` has exited and been collected (at once for one that is)."""
+    """Returns once the leader `pid` has exited and been reaped (at once for one that is)."""
     if pid in _LEADERS:
         await _LEADERS[pid][1].wait()
 
@@ -67,14 +68,14 @@ def kill_process_group(pid: int, sig: int = signal.SIGKILL, deadline: float | No
 
 
 def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
-    """Kill, and collect, what a script left running that the server adopted (as a subreaper or PID 1): every child
+    """Kill, and reap, what a script left running that the server adopted (as a subreaper or PID 1): every child
     that started after the script's leader, bar the leaders a Popen still owns, even one that left its session with
     setsid. A chain of processes that each move to a new group, fork and exit outruns a scan of /proc, but each
     link is the server's child once its parent is gone: each pass kills the links adopted so far and waits for them
     to die, which hands the server the next."""
     global _sweep_floor
     if leader not in _LEADERS:
-        return False  # collected already: what it left was swept as it exited
+        return False  # reaped already: what it left was swept as it exited
     born = _LEADERS[leader][0] if _sweep_floor is None else min(_LEADERS[leader][0], _sweep_floor)
     deadline = time.monotonic() + _SWEEP_BUDGET_S if deadline is None else deadline
     foreign: set[int] = set()
@@ -92,7 +93,7 @@ def _kill_adopted(leader: int, deadline: float | None = None) -> bool:
         for descendant in _descendants(killed):
             signalled = _signal(os.kill, descendant, signal.SIGKILL) or signalled
         for child in killed:
-            _collect_once_dead(child, deadline)
+            _reap_once_dead(child, deadline)
         # The children file can miss a child that is being reparented as it is read (proc(5)): only a few
         # passes in a row that find nothing say that nothing is left.
         quiet_passes = 0 if killed or vanished else quiet_passes + 1
@@ -126,8 +127,8 @@ def _kill_adopted_pass(born: int, foreign: set[int]) -> tuple[list[int], bool, b
     return killed, vanished, signalled
 
 
-def _collect_once_dead(child: int, deadline: float) -> None:
-    """Collect a killed child as soon as it is dead (its own children are the server's from then on); a zombie
+def _reap_once_dead(child: int, deadline: float) -> None:
+    """Reap a killed child as soon as it is dead (its own children are the server's from then on); a zombie
     whose other threads still run, or one stuck in the kernel, is waited for until the deadline."""
     while not _reap_if_dead(child) and time.monotonic() < deadline:
         time.sleep(_DEATH_POLL_S)
@@ -137,7 +138,7 @@ def _reap_if_dead(child: int) -> bool:
     try:
         return os.waitpid(child, os.WNOHANG)[0] == child
     except ChildProcessError:
-        return True  # collected elsewhere (the SIGCHLD handler)
+        return True  # reaped elsewhere (the SIGCHLD handler)
 
 
 def kill_for_exit(leader: int) -> None:
@@ -149,8 +150,8 @@ def kill_for_exit(leader: int) -> None:
     if not adopting_orphans():
         return
     leader_deadline = min(deadline, time.monotonic() + _EXIT_WAIT_S)
-    with contextlib.suppress(ChildProcessError):  # collected already
-        # WNOWAIT: the leader stays for its Popen to collect.
+    with contextlib.suppress(ChildProcessError):  # reaped already
+        # WNOWAIT: the leader stays for its Popen to reap.
         while (
             os.waitid(os.P_PID, leader, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
             and time.monotonic() < leader_deadline
@@ -159,22 +160,22 @@ def kill_for_exit(leader: int) -> None:
     _kill_adopted(leader, deadline)
 
 
-def _collect_zombies() -> None:
-    """Collect the adopted children that have died, so none holds a pid (or a slot of RLIMIT_NPROC) until the run
+def _reap_zombies() -> None:
+    """Reap the adopted children that have died, so none holds a pid (or a slot of RLIMIT_NPROC) until the run
     ends; a leader is left to its Popen."""
     for child, state, _ in _children():
         if state == b"Z" and child not in _LEADERS:
             _reap_if_dead(child)
 
 
-def collect_adopted_as_they_die() -> None:
-    """For a process that adopts orphans, on the running loop's thread: collect what has died, then each orphan as
-    it dies (SIGCHLD). Off the main thread, the next sweep collects them instead."""
+def reap_adopted_as_they_die() -> None:
+    """For a process that adopts orphans, on the running loop's thread: reap what has died, then each orphan as
+    it dies (SIGCHLD). Off the main thread, the next sweep reaps them instead."""
     if not adopting_orphans():
         return
-    _collect_zombies()
+    _reap_zombies()
     with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-        asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, _collect_zombies)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, _reap_zombies)
 
 
 def _children() -> list[tuple[int, bytes, int]]:

@@ -22,9 +22,9 @@ from . import confirm
 from .deployment import Deployment
 from .hardening import ChildLimits
 from .logs import get_logger
-from .preview import Draft, Refused, arg_bytes, argv_digest, build_draft
+from .preview import Draft, Refused, arg_bytes, build_draft
 from .reaper import kill_for_exit, kill_process_group, wait_leader_reaped
-from .results import ToolFailure, failure_result, minified, text_result
+from .results import failure_result, minified, text_result
 from .runner import RunOutcome, SpawnFailed, build_argv, network_note, run_process, script_environment
 from .schemas import schema_violation
 from .text import cut, json_for_people, quoted_path
@@ -73,7 +73,7 @@ class RunService:
     # --- entry points -------------------------------------------------------------------------
 
     async def call(self, ctx: ServerRequestContext[Any], arguments: Any) -> dict[str, Any] | types.InputRequiredResult:
-        """`arguments` as the client sent them (any JSON value); every step of §9.1 runs here, in order."""
+        """`arguments` as the client sent them (any JSON value); every step of §9.1 is ordered here."""
         if (violation := schema_violation("skill_run", arguments)) is not None:
             fields = arguments if isinstance(arguments, dict) else {}
             self._log_refused(fields.get("name"), fields.get("script"), "bad-arguments")
@@ -240,13 +240,9 @@ class RunService:
         return not self._busy
 
     def _busy_refusal(self, draft: Draft) -> dict[str, Any]:
-        self._log_refused(draft.skill.name, draft.entry.script, "busy")
-        return failure_result(
-            ToolFailure(
-                "another skill script is already in flight on this server; nothing was run",
-                "Wait for it to finish and call again: one script runs at a time.",
-            )
-        )
+        message = "another skill script is already in flight on this server; nothing was run"
+        busy = Refused("busy", message, "Wait for it to finish and call again: one script runs at a time.")
+        return self._refused(draft.skill.name, draft.entry.script, busy)
 
     async def _spend_and_run(
         self, draft: Draft, approval: confirm.Approval | None, confirm_path: str
@@ -301,20 +297,16 @@ class RunService:
             self._active = _ActiveRun(draft, pid, env_names, started_at)
             self._log.info(
                 "run.start", skill=draft.skill.name, script=entry.script, interpreter=entry.interpreter, pid=pid,
-                timeoutMs=timeout_ms, argc=len(draft.args), argvSha256=argv_digest(draft), envNames=env_names,
+                timeoutMs=timeout_ms, argc=len(draft.args), argvSha256=draft.argv_sha256, envNames=env_names,
             )
 
         try:
             outcome = await run_process(argv, draft.skill.real_dir, env, timeout_ms, limits, on_start=started)
         except SpawnFailed as failed:
-            self._log_refused(draft.skill.name, entry.script, "spawn-failed")
-            return failure_result(
-                ToolFailure(
-                    f"could not start {quoted_path(entry.script)}: {failed}",
-                    f"This deployment runs: {deployment.runnable_interpreters()}; the script must be a regular file "
-                    "inside the skill.",
-                )
-            )
+            hint = (f"This deployment runs: {deployment.runnable_interpreters()}; the script must be a regular file "
+                    "inside the skill.")  # fmt: skip
+            refusal = Refused("spawn-failed", f"could not start {quoted_path(entry.script)}: {failed}", hint)
+            return self._refused(draft.skill.name, entry.script, refusal)
         result = self._result(draft, outcome, env_names)
         if self._active is not None and not self._claim_end(self._active):
             return text_result(minified(result))  # a shutdown logged this run's end as it killed it
@@ -383,7 +375,7 @@ class RunService:
     def _log_preview(self, draft: Draft, confirm_path: str) -> None:
         self._log.info(
             "run.preview", skill=draft.skill.name, script=draft.entry.script, interpreter=draft.entry.interpreter,
-            argc=len(draft.args), argBytes=arg_bytes(draft.args), argvSha256=argv_digest(draft),
+            argc=len(draft.args), argBytes=arg_bytes(draft.args), argvSha256=draft.argv_sha256,
             envNames=draft.will_run["envNames"], confirmPath=self._logged_path(confirm_path),
         )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from skill_mcp.hardening import ChildLimits, harden_child
 from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST, INTERPRETERS, MAX_OUTPUT_BYTES, RESERVED_SCRIPT_ENV
-from skill_mcp.reaper import collect_adopted_as_they_die, kill_process_group, mark_leader_reaped, track_leader
+from skill_mcp.reaper import kill_process_group, mark_leader_reaped, reap_adopted_as_they_die, track_leader
 from skill_mcp.text import os_error_text
 
 TERM_GRACE_MS = 2000
@@ -203,7 +203,7 @@ class _Run:
         self.drain = self.loop.call_later(OUTPUT_DRAIN_MS / 1000, self.settle)
 
     def _leader_exited(self) -> None:
-        """The leader has exited and its Popen has collected it."""
+        """The leader has exited and its Popen has reaped it."""
         self.exited = True
         mark_leader_reaped(self.process.pid)
         if self.settled:
@@ -288,7 +288,7 @@ async def run_process(
     on_start gets the pid as soon as the script runs; cancelling the call kills its process group.
     """
     loop = asyncio.get_running_loop()
-    collect_adopted_as_they_die()
+    reap_adopted_as_they_die()
     started = time.monotonic()
     process = _spawn(argv, cwd, env, limits)
     run = _Run(loop, process, timeout_ms, started)

@@ -1,7 +1,7 @@
 """The read tools (SPEC §7): `skill_list`, `skill_load`, `skill_file`, and finding a skill by name.
 
 Handlers take the deployment and validated arguments and return a JSON-able object or raise `ToolFailure`;
-results.py turns either into the answer (SPEC §5.3).
+server.py turns either into the answer with results.py (SPEC §5.3).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def skill_list(deployment: Deployment) -> dict[str, Any]:
 
 
 def _listed_skill(deployment: Deployment, skill: Skill) -> dict[str, Any]:
-    effective = deployment.effective.get(skill.name, ())
+    effective = deployment.effective_runs(skill)
     runnable = [entry for entry in effective if deployment.runnable(entry)]
     effective_scripts = {entry.script for entry in effective}
     declared = skill.declaration.runs
@@ -143,7 +143,7 @@ def skill_load(deployment: Deployment, name: str) -> dict[str, Any]:
     loaded["files"] = [{"path": entry.path, "size": entry.size} for entry in skill.manifest]
     loaded["scripts"] = [
         {"script": entry.script, "interpreter": entry.interpreter, "runnableHere": deployment.runnable(entry)}
-        for entry in deployment.effective.get(skill.name, ())
+        for entry in deployment.effective_runs(skill)
     ]
     return loaded
 

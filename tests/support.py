@@ -132,6 +132,22 @@ def as_unprivileged(action: Any) -> Any:
     return value
 
 
+def process_gone(pid: int) -> bool:
+    """No such process, or one killed and awaiting its reaper (a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def world_readable_dir() -> Path:
     """A fresh directory an unprivileged uid can reach (pytest's tmp_path is root-only)."""
     directory = Path(tempfile.mkdtemp(prefix="skill-mcp-test-"))

@@ -8,14 +8,12 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import anyio
 import pytest
-from support import as_unprivileged, fails_after
+from support import fails_after, kill_quietly, process_gone
 
 from skill_mcp import runner
 from skill_mcp.hardening import ChildLimits
@@ -69,13 +67,6 @@ def grandchild_pid(stdout: str) -> int:
 
 def no_pidfd(pid: int) -> int:
     raise OSError("pidfd_open unavailable")
-
-
-def kill_quietly(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 # --- pure parts ---------------------------------------------------------------------------------
@@ -242,62 +233,12 @@ async def test_what_the_script_leaves_in_its_session_dies_with_it(
     try:
         assert (result.exit_code, result.timed_out) == (0, False)
         deadline = time.monotonic() + 2
-        while not all(map(_gone, children)) and time.monotonic() < deadline:
+        while not all(map(process_gone, children)) and time.monotonic() < deadline:
             await anyio.sleep(0.02)
-        assert [_gone(child) for child in children] == [True] * len(children)
+        assert [process_gone(child) for child in children] == [True] * len(children)
     finally:
         for child in children:
             kill_quietly(child)
-
-
-def _session(*args: str) -> tuple[subprocess.Popen, list[int]]:
-    """regrouped_child.py as a script's session leader, run to its exit (reaped); its regrouped children live."""
-    leader = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "regrouped_child.py"), *args], stdout=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    return leader, [int(pid) for pid in re.findall(r"grandchild (\d+)", leader.communicate()[0])]
-
-
-def _all_gone(children: list[int], seconds: float = 5) -> bool:
-    deadline = time.monotonic() + seconds
-    while not all(map(_gone, children)) and time.monotonic() < deadline:  # a signal lands asynchronously
-        time.sleep(0.01)
-    return all(map(_gone, children))
-
-
-def test_killing_a_group_whose_leader_is_gone_still_reports_its_session() -> None:
-    # The leader exited (and was reaped): its group is empty, but the children it moved to groups of their own
-    # are still in its session, and are what was signalled.
-    leader, children = _session("6")
-    try:
-        assert len(children) == 6
-        assert kill_process_group(leader.pid) is True
-        assert _all_gone(children)
-        assert kill_process_group(leader.pid) is False  # nothing left to signal
-    finally:
-        for child in children:
-            kill_quietly(child)
-
-
-def test_a_timeouts_sigterm_reaches_every_group_of_the_session(tmp_path: Path) -> None:
-    marker = tmp_path / "terms"
-    leader, children = _session("3", str(marker))
-    try:
-        assert kill_process_group(leader.pid, signal.SIGTERM) is True
-        assert _all_gone(children)
-        assert marker.read_text() == "term\n" * 3
-    finally:
-        for child in children:
-            kill_quietly(child)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # killed, awaiting its reaper
-    except FileNotFoundError:
-        return True
 
 
 @pytest.mark.anyio
@@ -440,21 +381,6 @@ async def test_stdin_is_dev_null_not_the_servers_stdin(tmp_path: Path) -> None:
     assert result.stdout == "/dev/null\n''\n"
 
 
-def test_a_group_another_uid_owns_is_not_signalled_and_raises_nothing() -> None:
-    # A pid reused by another user's process (or a script's group it cannot signal) refuses with EPERM: the kill
-    # reports nothing signalled instead of raising out of a timer or the exit watcher.
-    if os.geteuid() != 0:
-        pytest.skip("needs root to own a process group that uid 10001 cannot signal")
-    owner = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    try:
-        assert as_unprivileged(lambda: kill_process_group(owner.pid)) is False
-        assert as_unprivileged(lambda: kill_process_group(owner.pid, signal.SIGTERM)) is False
-        assert owner.poll() is None
-    finally:
-        owner.kill()
-        owner.wait()
-
-
 @pytest.mark.anyio
 async def test_no_inherited_descriptor_reaches_the_script(tmp_path: Path) -> None:
     # §9.4: all descriptors but the three standard ones are closed, even one the server left inheritable.
@@ -523,7 +449,7 @@ async def test_a_leader_still_running_at_the_hard_deadline_reports_sigkill(
     assert (result.exit_code, result.signal, result.timed_out) == (None, "SIGKILL", True)
     assert result.stdout == "ignoring\n"
     with anyio.fail_after(5):
-        while not _gone(result.pid):
+        while not process_gone(result.pid):
             await anyio.sleep(0.02)
 
 
@@ -737,7 +663,7 @@ async def test_where_the_exit_is_not_watched_the_timeouts_settle_kills_the_group
     try:
         assert (result.signal, result.timed_out) == ("SIGTERM", True)
         with anyio.fail_after(5):
-            while not _gone(child):
+            while not process_gone(child):
                 await anyio.sleep(0.02)
     finally:
         kill_quietly(child)
@@ -801,12 +727,3 @@ async def test_a_cancelled_runs_late_exit_leaves_the_next_run_alone(tmp_path: Pa
     argv = [INTERPRETER_PATHS["python3"], "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"]
     result = await run_process(argv, str(tmp_path), {}, 10000, ChildLimits())
     assert (result.exit_code, result.signal) == (3, None)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="adopting orphans (a subreaper) is Linux-only")
-def test_a_child_collected_between_the_sweeps_listing_and_its_kill_does_not_end_the_sweep() -> None:
-    # Without pidfds the SIGCHLD handler collects on the loop while the sweep runs on a waiter thread: a process
-    # collected in between has handed its daemon to the server, and the sweep must go on to find it.
-    race = Path(__file__).parent / "fixtures" / "sweep_race.py"
-    completed = subprocess.run([sys.executable, str(race)], capture_output=True, text=True, timeout=30, check=True)
-    assert json.loads(completed.stdout) == {"daemonSurvived": False}
