@@ -162,19 +162,44 @@ def _descriptor_path(fd: int) -> str:
 def _is_real_path_here(path: str, status: os.stat_result) -> bool:
     """Whether `path` is, in this process's view, a path with no link in it to the file `status` describes."""
     handle = _OPEN_HANDLE_LINK_FREE(path) if _OPEN_HANDLE_LINK_FREE is not None else None
-    if handle is not None:  # three system calls, where realpath takes one per component
+    if handle is not None:  # three system calls, where the walk takes one per component
         try:
             here = os.fstat(handle)
         finally:
             os.close(handle)
     else:
         try:
-            if real_path(path) != path:
-                return False
-            here = os.stat(path, follow_symlinks=False)
+            here = _status_through_no_link(path)
         except OSError:
             return False
     return os.path.samestat(here, status)
+
+
+# Each component opened below the last with O_NOFOLLOW; O_PATH (Linux) needs only search permission on directories.
+_WALK_DIRECTORY_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_WALK_TARGET_FLAGS = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK) | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _status_through_no_link(path: str) -> os.stat_result:
+    """The status of what absolute, normalized `path` names, reached through no link: opened one component at a
+    time below the last, so a link swapped in anywhere on it, at any moment, fails the walk instead of being followed
+    (a realpath and a stat, two separate walks, can each see a different side of such a swap)."""
+    parts = path.split("/")
+    if parts[0] != "" or any(part in ("", ".", "..") for part in parts[1:]):
+        raise OSError(errno.EINVAL, f"not a normalized absolute path: {path!r}")
+    *directories, name = parts[1:]
+    fd = os.open("/", _WALK_DIRECTORY_FLAGS)
+    try:
+        for directory in directories:
+            parent, fd = fd, os.open(directory, _WALK_DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(parent)
+        target = os.open(name, _WALK_TARGET_FLAGS, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        return os.fstat(target)
+    finally:
+        os.close(target)
 
 
 def open_directory_in_place(directory: str) -> int | None:
@@ -308,9 +333,8 @@ class SkillDir:
             raise self._not_a_file(rel, error) from None
         self._check(rel, real, status)
         # Opened by its checked real path: O_NOFOLLOW refuses a final link swapped in since, and a file swapped in is
-        # checked again. A directory on the way swapped for a link is followed by the open, so the path must still
-        # resolve to itself and name the opened inode; only a swap undone within the open is missed (O_PATH and
-        # /proc, above, close even that).
+        # checked again. A directory on the way swapped for a link is followed by the open, so the path, walked
+        # through no link, must still name the opened inode: a swap undone since leaves the walk another one.
         fd = os.open(real, _READ_FLAGS | os.O_NOFOLLOW)
         try:
             status = os.fstat(fd)

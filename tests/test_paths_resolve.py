@@ -1,8 +1,12 @@
 """The resolve check against real files and links (SPEC §6.2, §17 items 75–77)."""
 
+import collections
+import ctypes
 import os
 import shutil
 import stat
+import subprocess
+import sys
 
 import pytest
 from support import as_unprivileged, fails_after, mount_namespace, needs_root, resolve_in_skill, world_readable_dir
@@ -400,3 +404,42 @@ def test_a_file_replaced_while_it_is_checked_is_said_to_be_so(layout, monkeypatc
     monkeypatch.setattr(paths, "_descriptor_path", replaced_meanwhile)
     refused = refusal(skill, "alias.js")
     assert (refused.message, refused.hint) == ('"alias.js" was removed or replaced while it was opened', "Call again.")
+
+
+EXCHANGE_LOOP = """
+import ctypes, os, sys
+renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+first, second = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+print("ready", flush=True)
+while True:
+    renameat2(-100, first, -100, second, 2)  # AT_FDCWD, RENAME_EXCHANGE: both names always exist
+"""
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "renameat2"), reason="no renameat2 (glibc 2.28+) here")
+def test_a_directory_flipping_with_a_link_to_outside_never_serves_outside(layout, resolution):
+    # A directory on the way and a link to outside trade places as fast as the kernel allows while the file is
+    # opened: the realpath fallback's check (a realpath, then a stat) could see each side of a swap once, and
+    # served the outside file in about 2% of reads.
+    skill = layout / "skill"
+    (skill / "d").mkdir()
+    (skill / "d" / "f.txt").write_text("inside")
+    (layout / "outdir" / "f.txt").write_text("secret")
+    os.symlink(layout / "outdir", skill / "d.swap")
+    flipping = subprocess.Popen([sys.executable, "-c", EXCHANGE_LOOP, str(skill / "d"), str(skill / "d.swap")],
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+    served = collections.Counter()
+    try:
+        assert flipping.stdout.readline() == "ready\n"
+        directory = SkillDir(str(skill))
+        for _ in range(4000):
+            try:
+                with directory.opened("d/f.txt") as (fd, _):
+                    served[os.read(fd, 100)] += 1
+            except (OSError, PathRefused):
+                served["refused"] += 1
+    finally:
+        flipping.kill()
+        flipping.wait()
+    assert served[b"secret"] == 0, served
+    assert served[b"inside"] > 0, served  # the race was run, not refused throughout
