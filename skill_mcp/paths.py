@@ -99,6 +99,22 @@ class PathRefused(Exception):
         self.hint = hint
 
 
+class UnreadableFile(OSError):
+    """A file that passed the resolve check but could not be opened for reading (EACCES): `status` is what the check
+    saw, so skill_file still counts it against the call's budget (§7.3 step 2)."""
+
+    def __init__(self, error: OSError, status: os.stat_result) -> None:
+        super().__init__(error.errno, error.strerror)
+        self.status = status
+
+
+def _open_for_reading(path: str, flags: int, status: os.stat_result) -> int:
+    try:
+        return os.open(path, flags)
+    except OSError as error:
+        raise UnreadableFile(error, status) from error
+
+
 class NotRegularFile(PathRefused):
     """A directory, FIFO, device…: only regular files are read or run."""
 
@@ -290,7 +306,7 @@ class SkillDir:
             if not _is_real_path_here(real, status):
                 raise self._outside(rel)
             # Reopening the handle opens the very inode checked, so `status` is the descriptor's too.
-            return os.open(f"/proc/self/fd/{handle}", _READ_FLAGS), real, status
+            return _open_for_reading(f"/proc/self/fd/{handle}", _READ_FLAGS, status), real, status
         finally:
             os.close(handle)
 
@@ -335,7 +351,7 @@ class SkillDir:
         # Opened by its checked real path: O_NOFOLLOW refuses a final link swapped in since, and a file swapped in is
         # checked again. A directory on the way swapped for a link is followed by the open, so the path, walked
         # through no link, must still name the opened inode: a swap undone since leaves the walk another one.
-        fd = os.open(real, _READ_FLAGS | os.O_NOFOLLOW)
+        fd = _open_for_reading(real, _READ_FLAGS | os.O_NOFOLLOW, status)
         try:
             status = os.fstat(fd)
             self._check(rel, real, status)

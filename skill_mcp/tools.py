@@ -14,7 +14,7 @@ from .deployment import Deployment
 from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_CALL_BYTES, MAX_FILE_BYTES, MAX_SKILL_MD_BYTES, SKILL_MD
 from .model import RunEntry, Skill
-from .paths import PathRefused, SkillDir
+from .paths import PathRefused, SkillDir, UnreadableFile
 from .results import ToolFailure, read_error_text
 from .text import quoted
 
@@ -166,6 +166,8 @@ def skill_file(deployment: Deployment, name: str, paths: list[str]) -> dict[str,
                 continue
             except OSError as error:
                 slots.append({"path": rel, "error": read_error_text(rel, error)})
+                if isinstance(error, UnreadableFile):  # resolved, so it counts, as if its read were what failed
+                    total += min(error.status.st_size, MAX_FILE_BYTES)
                 continue
             slots.append((rel, fd, status))
             total += min(status.st_size, MAX_FILE_BYTES)

@@ -588,6 +588,29 @@ def test_a_file_the_server_may_not_read_fails_its_entry_and_its_resource_read():
     assert refused == message
 
 
+@needs_root
+def test_a_file_the_server_may_not_read_still_counts_against_the_call_budget():
+    # §7.3 step 2 sums what resolved: a mode-0 file resolves and has a size, and only its read fails, so four
+    # readable mebibytes and one locked one are over the 4 MiB budget, as five readable ones are.
+    root = world_readable_dir()
+    skill = write_skill(root, "locked", files={f"r{index}.bin": b"r" * MIB for index in range(5)})
+    (skill / "r4.bin").chmod(0)
+    try:
+        deployment = deployment_for({"SKILLS_DIR": str(root)})
+
+        def read_over_budget():
+            try:
+                tools.skill_file(deployment, "locked", [f"r{index}.bin" for index in range(5)])
+            except ToolFailure as failure:
+                return failure.text()
+            return None
+
+        refused = as_unprivileged(read_over_budget)
+    finally:
+        shutil.rmtree(root)
+    assert refused is not None and refused.startswith("the 5 paths total 5242880 bytes to read, over this call's")
+
+
 def test_a_read_error_in_pass_2_fails_only_its_own_entry(root, files_skill, monkeypatch):
     # §7.3 step 3: a file that resolved in pass 1 can still fail to read (EIO on a failing disk); that becomes
     # its entry's error and the other files are still served.
