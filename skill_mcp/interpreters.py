@@ -98,7 +98,8 @@ def _is_executable_file(path: str) -> bool:
 
 
 def _inside(path: str, prefix: str | None) -> bool:
-    """Whether the path, as written or resolved, lies under the prefix (as written or resolved)."""
+    """Whether the path, as written, resolved, or with only its directory resolved, lies under the prefix (as written
+    or resolved)."""
     if prefix is None:
         return False
     prefixes, paths = {os.path.abspath(prefix)}, {os.path.abspath(path)}
@@ -106,4 +107,6 @@ def _inside(path: str, prefix: str | None) -> bool:
         prefixes.add(real_path(prefix))
     with contextlib.suppress(OSError):
         paths.add(real_path(path))
+    with contextlib.suppress(OSError):  # Python finds its venv beside the path it was run by, that directory resolved
+        paths.add(os.path.join(real_path(os.path.dirname(path)), os.path.basename(path)))
     return any(is_within(p, q) for p in paths for q in prefixes)

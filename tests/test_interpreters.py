@@ -142,6 +142,24 @@ def test_override_inside_the_venv_is_unavailable(tree):
     ]
 
 
+def test_the_venv_reached_through_a_linked_directory_is_still_the_venv(tree):
+    # A real venv's bin/python3 links to the base interpreter, and Python finds pyvenv.cfg beside the path it was
+    # run by: through a link to the venv's directory, neither that path nor the link's target looks inside it.
+    root, venv, _ = tree
+    os.remove(os.path.join(venv, "bin", "python3"))
+    os.symlink(root / "usr" / "bin" / "python3", os.path.join(venv, "bin", "python3"))
+    os.symlink(venv, root / "venv-link")
+    through_link = str(root / "venv-link" / "bin" / "python3")
+    search = os.pathsep.join([str(root / "venv-link" / "bin"), str(root / "usr" / "bin")])
+    found, _ = find_interpreters(config(), search, venv)
+    assert found["python3"] == str(root / "usr" / "bin" / "python3")
+    found, warnings = find_interpreters(config(MCP_SKILL_PYTHON=through_link), search, venv)
+    assert "python3" not in found
+    assert warnings == [
+        ConfigWarning("MCP_SKILL_PYTHON", "inside the server's virtual environment; python3 is unavailable")
+    ]
+
+
 def test_override_linking_to_a_directory_is_unavailable(tree):
     root, _, search = tree
     os.symlink(root / "usr", root / "node-dir")
