@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
@@ -68,8 +68,9 @@ async def serve_stdio(
             hangs_up = reports_hangup(0)  # read before the transport puts /dev/null there
             async with stdio_transport(on_hangup=deadline.arm) as (read_stream, write_stream):
                 unanswered = _Unanswered(may_pause=hangs_up)
-                messages = _WatchedInput(read_stream, unanswered, input_ended, _Refusals(write_stream, group))
                 answers = _WatchedOutput(write_stream, unanswered)
+                refusals = _Refusals(answers, unanswered, group)
+                messages = _WatchedInput(read_stream, unanswered, input_ended, refusals)
                 await server.run(messages, answers, server.create_initialization_options())  # type: ignore[arg-type]
         except* BrokenPipeError:
             pass  # the client closed its end of stdout: it has left, as if it had closed stdin
@@ -119,52 +120,62 @@ class _Shutdown:
 
 
 class _Unanswered:
-    """Requests read from stdin whose answer is not written yet, skill_run calls aside. When stdin ends the SDK
-    cancels every request in flight, so a client that writes its requests and closes stdin (a shell pipe) would
-    lose their answers: the end of input waits for these, at most ANSWER_DRAIN_SECONDS. A skill_run is not waited for:
-    its answer may wait on the user, who can no longer reply, and the end of input stops runs (§5.1)."""
+    """Answers owed for what was read from stdin and not written yet: the requests, and the refusals of lines the
+    SDK could not read. While the writer is behind, reading pauses at MAX_REQUESTS_IN_FLIGHT of them. When stdin
+    ends the SDK cancels every request in flight, so a client that writes its requests and closes stdin (a shell
+    pipe) would lose their answers: the end of input waits for these, at most ANSWER_DRAIN_SECONDS, skill_run
+    calls aside: a run's answer may wait on the user, who can no longer reply, and the end of input stops runs."""
 
     def __init__(self, may_pause: bool = True) -> None:
         self._may_pause = may_pause  # only where the client's close is seen unread: the exit deadline needs it
         self._waiting: Counter[RequestId] = Counter()  # by the SDK's own id rules: "7" is 7, true is no id
-        self._sending = 0  # answers handed to the writer and not yet taken: it is behind
+        self._runs: Counter[RequestId] = Counter()  # the skill_run calls among them, which the drain does not wait for
+        self._in_writer: Counter[RequestId] = Counter()  # answers handed to the writer and not yet taken
         self._room: anyio.Event | None = None  # only while reading waits for an answer to be written
         self._all_answered: anyio.Event | None = None  # only while draining
 
     def note_read(self, item: Any) -> None:
         message = getattr(item, "message", None)
         if isinstance(message, types.JSONRPCRequest):
-            if not (message.method == "tools/call" and (message.params or {}).get("name") == "skill_run"):
-                self._waiting[coerce_request_id(message.id)] += 1
+            request_id = coerce_request_id(message.id)
+            self._waiting[request_id] += 1
+            if message.method == "tools/call" and (message.params or {}).get("name") == "skill_run":
+                self._runs[request_id] += 1
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             cancelled = as_request_id((message.params or {}).get("requestId"))
-            if cancelled is not None:  # the SDK writes nothing for a cancelled request
+            # The SDK writes nothing for a request cancelled in time; an answer already with the writer still goes.
+            if cancelled is not None and coerce_request_id(cancelled) not in self._in_writer:
                 self._settle(coerce_request_id(cancelled))
 
-    def send_started(self) -> None:
-        """An answer handed to the writer: until it is taken, the writer is behind."""
-        self._sending += 1
+    def note_owed(self, request_ids: Iterable[RequestId]) -> None:
+        """Answers the server writes of its own accord (refusals of unreadable lines), counted like requests."""
+        self._waiting.update(coerce_request_id(request_id) for request_id in request_ids)
 
-    def send_taken(self) -> None:
-        self._sending -= 1
+    def send_started(self, item: Any) -> None:
+        """An answer handed to the writer: until it is taken, the writer is behind."""
+        self._in_writer[_answer_id(item)] += 1
+
+    def send_taken(self, item: Any) -> None:
+        _take_one(self._in_writer, _answer_id(item))
         self._make_room()
 
     def note_written(self, item: Any) -> None:
-        message = getattr(item, "message", None)
-        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) and message.id is not None:
-            self._settle(coerce_request_id(message.id))
+        if (request_id := _answer_id(item)) is not None:
+            self._settle(request_id)
 
     def _settle(self, request_id: RequestId) -> None:
-        if self._waiting[request_id] > 1:
-            self._waiting[request_id] -= 1
-        else:
-            self._waiting.pop(request_id, None)
+        _take_one(self._waiting, request_id)
+        _take_one(self._runs, request_id)
         self._make_room()
-        if not self._waiting and self._all_answered is not None:
+        if self._all_answered is not None and self._only_runs_left():
             self._all_answered.set()
 
+    def _only_runs_left(self) -> bool:
+        return self._waiting.total() <= self._runs.total()
+
     def _full(self) -> bool:
-        return self._may_pause and self._sending > 0 and self._waiting.total() >= MAX_REQUESTS_IN_FLIGHT
+        writer_behind = self._in_writer.total() > 0
+        return self._may_pause and writer_behind and self._waiting.total() >= MAX_REQUESTS_IN_FLIGHT
 
     def _make_room(self) -> None:
         if self._room is not None and not self._full():
@@ -180,11 +191,26 @@ class _Unanswered:
             await self._room.wait()
 
     async def drain(self) -> None:
-        if not self._waiting:
+        if self._only_runs_left():
             return
         self._all_answered = anyio.Event()
         with anyio.move_on_after(ANSWER_DRAIN_SECONDS):
             await self._all_answered.wait()
+
+
+def _answer_id(item: Any) -> RequestId | None:
+    """The request id an answer (a response or an error) carries, by the SDK's rules; None for anything else."""
+    message = getattr(item, "message", None)
+    if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) and message.id is not None:
+        return coerce_request_id(message.id)
+    return None
+
+
+def _take_one(counter: Counter[Any], key: Any) -> None:
+    if counter[key] > 1:
+        counter[key] -= 1
+    else:
+        counter.pop(key, None)
 
 
 class _Watched:
@@ -241,11 +267,12 @@ class _WatchedInput(_Watched):
 
 
 class _Refusals:
-    """Answers for the requests the SDK could not read, written by tasks of their own: written inline, one would
-    stop reading stdin while the client is not reading stdout, and the end of input would never come."""
+    """Answers for the requests the SDK could not read, each line's written by a task of its own, one after another:
+    written inline, one would stop reading stdin while the client is not reading stdout, and the end of input would
+    never come. They count as owed answers, so reading pauses for them as for any other."""
 
-    def __init__(self, answers: Any, group: anyio.abc.TaskGroup) -> None:
-        self._answers, self._group = answers, group
+    def __init__(self, answers: _WatchedOutput, unanswered: _Unanswered, group: anyio.abc.TaskGroup) -> None:
+        self._answers, self._unanswered, self._group = answers, unanswered, group
 
     def refuse(self, error: Exception) -> Unreadable:
         unreadable = unreadable_message(error)
@@ -253,8 +280,9 @@ class _Refusals:
         if len(unreadable.request_ids) > IDS_LOGGED:  # a batch of many requests: its log line stays short
             ids.update(requestIds=ids["requestIds"][:IDS_LOGGED], requestIdsNotLogged=len(unreadable.request_ids) - IDS_LOGGED)
         get_logger().warning("message.unreadable", **ids, problem=unreadable.error.message)
-        for request_id in unreadable.request_ids:  # a client waiting on this id would otherwise wait forever
-            self._group.start_soon(self._send, types.JSONRPCError(jsonrpc="2.0", id=request_id, error=unreadable.error))
+        if unreadable.request_ids:  # a client waiting on one of these ids would otherwise wait forever
+            self._unanswered.note_owed(unreadable.request_ids)
+            self._group.start_soon(self._send, unreadable)
         return unreadable
 
     def note_lost_id(self, item: Any) -> None:
@@ -263,18 +291,20 @@ class _Refusals:
         if (problem := lost_request_id(getattr(item, "message", None))) is not None:
             get_logger().warning("message.unreadable", requestIds=[], answersTo=[], problem=problem)
 
-    async def _send(self, answer: types.JSONRPCError) -> None:
+    async def _send(self, unreadable: Unreadable) -> None:
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session has ended
-            await self._answers.send(SessionMessage(answer))
+            for request_id in unreadable.request_ids:
+                refusal = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=unreadable.error)
+                await self._answers.send(SessionMessage(refusal))
 
 
 class _WatchedOutput(_Watched):
     """Notes each answer written."""
 
     async def send(self, item: Any) -> None:
-        self._unanswered.send_started()
+        self._unanswered.send_started(item)
         try:
             await self._stream.send(item)
         finally:
-            self._unanswered.send_taken()
+            self._unanswered.send_taken(item)
         self._unanswered.note_written(item)

@@ -277,6 +277,55 @@ def test_a_client_that_does_not_read_its_answers_holds_at_most_a_few_in_the_serv
     assert peaks[-1] < 250 * 1024 * 1024, peaks
 
 
+def peak_memory(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) * 1024
+
+
+def test_a_flood_of_refusals_the_client_never_reads_holds_the_servers_memory(tmp_path) -> None:
+    # Refusals (here of 50-request batches) escaped the count that pauses reading while the writer is behind:
+    # 8 s of them, unread, took 543 MB and kept growing; counted, the server stays near its idle size.
+    write_skill(tmp_path / "skills", "alpha")
+    batch = json.dumps([{"jsonrpc": "2.0", "id": index, "method": "ping"} for index in range(50)])
+    flood = subprocess.Popen(["yes", batch], stdout=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skill_mcp"], stdin=flood.stdout, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=clean_environ(SKILLS_DIR=str(tmp_path / "skills")),
+    )  # fmt: skip
+    flood.stdout.close()
+    try:
+        time.sleep(8)
+        peak = peak_memory(process.pid)
+    finally:
+        flood.kill()
+        flood.wait()
+    assert process.wait(timeout=EXIT_SECONDS + 5) == 0
+    process.stdout.close()
+    assert peak < 150 * 1024 * 1024, peak
+
+
+def test_a_batch_of_100000_requests_is_refused_one_by_one_in_bounded_memory(tmp_path) -> None:
+    # Each request of a batch is refused by its own id, one after another: one task per id took 1 GB. About 350 MB
+    # of what is left is the SDK's own validation of the 5 MB line, before any of it reaches skill-mcp.
+    write_skill(tmp_path / "skills", "alpha")
+    batch = json.dumps([{"jsonrpc": "2.0", "id": index, "method": "ping"} for index in range(100_000)]).encode()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=clean_environ(SKILLS_DIR=str(tmp_path / "skills")),
+    )  # fmt: skip
+    process.stdin.write(handshake_lines(0) + batch + b"\n")
+    process.stdin.flush()
+    process.stdout.readline()  # initialize's answer
+    refused = [json.loads(process.stdout.readline()) for _ in range(100_000)]  # stdin still open: all are written
+    peak = peak_memory(process.pid)
+    process.stdin.close()
+    assert process.wait(timeout=EXIT_SECONDS + 5) == 0
+    process.stdout.close()
+    assert [answer["id"] for answer in refused] == list(range(100_000))
+    assert {answer["error"]["code"] for answer in refused} == {-32600}
+    assert peak < 600 * 1024 * 1024, peak
+
+
 def test_with_stdin_a_file_and_stdout_unread_reading_never_pauses_and_the_exit_still_comes(tmp_path) -> None:
     # A file tells nothing of its end until it is read: pausing there would leave the end of input, and the
     # exit deadline armed by it, never reached.
@@ -337,20 +386,54 @@ def test_request_ids_follow_the_sdks_rules() -> None:
 
 @pytest.mark.anyio
 async def test_reading_waits_while_max_requests_wait_for_their_answer_and_answers_wait_to_be_written() -> None:
+    # Every answer owed counts: requests, skill_run calls (a flood of them is as many answers), and the refusals
+    # of lines the SDK could not read, which the server writes of its own accord.
     unanswered = _Unanswered()
-    for request_id in range(MAX_REQUESTS_IN_FLIGHT):
+    for request_id in range(MAX_REQUESTS_IN_FLIGHT - 2):
         unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="ping")))
-    run = {"name": "skill_run", "arguments": {}}  # waits on the user, never on the client's reading
+    run = {"name": "skill_run", "arguments": {}}
     unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id="run", method="tools/call", params=run)))
+    unanswered.note_owed(["refused"])
     with anyio.fail_after(1):  # slow requests while answers flow: a ping or a cancellation is still read
         await unanswered.wait_for_room()
-    unanswered.send_started()  # an answer the writer has not taken: the client is not reading
+    answer = SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=0, result={}))
+    unanswered.send_started(answer)  # an answer the writer has not taken: the client is not reading
     with anyio.move_on_after(0.2) as waited:
         await unanswered.wait_for_room()
     assert waited.cancelled_caught
-    unanswered.note_read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 3})))
+    # An answer already with the writer still goes out when its request is cancelled: no room is made for it.
+    cancel = {"requestId": 0}
+    unanswered.note_read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=cancel)))
+    with anyio.move_on_after(0.2) as waited:
+        await unanswered.wait_for_room()
+    assert waited.cancelled_caught
+    cancel = {"requestId": 3}
+    unanswered.note_read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=cancel)))
     with anyio.fail_after(1):
         await unanswered.wait_for_room()
+
+
+@pytest.mark.anyio
+async def test_the_end_of_input_waits_for_no_skill_run_and_for_every_refusal() -> None:
+    unanswered = _Unanswered()
+    run = {"name": "skill_run", "arguments": {}}
+    unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id="run", method="tools/call", params=run)))
+    with anyio.fail_after(0.5):  # a run's answer may wait on the user, who can no longer reply
+        await unanswered.drain()
+    unanswered.note_owed([7])
+    drained = anyio.Event()
+
+    async def drain() -> None:
+        await unanswered.drain()
+        drained.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(drain)
+        await anyio.sleep(0.1)
+        assert not drained.is_set()
+        unanswered.note_written(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=7, error=types.ErrorData(code=-32700, message="x"))))
+        with anyio.fail_after(1):
+            await drained.wait()
 
 
 @pytest.mark.anyio
