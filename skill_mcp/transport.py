@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from .logs import get_logger
+from .text import os_error_text
 
 WRITE_AHEAD_BYTES = 4 * 1024 * 1024  # answers queued for a client that is slow to read, before the server waits
 _END = object()
@@ -87,6 +88,26 @@ def _stderr_output() -> int:
         return os.open(os.devnull, os.O_WRONLY)
 
 
+class _WaitingReads(io.RawIOBase):
+    """Reads of `fd` that wait for data: a stdin inherited in non-blocking mode (EAGAIN) is not taken for its end,
+    and its mode, which the client's process may share, is left as it is."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while True:
+            try:
+                return os.readv(self._fd, [buffer])
+            except BlockingIOError:
+                readable = select.poll()
+                readable.register(self._fd, select.POLLIN)
+                readable.poll()
+
+
 class _LineReader:
     """The wire's lines, read as the SDK's own file reads them (UTF-8, bad bytes replaced, universal newlines), on
     a thread of its own at most one line ahead of the server."""
@@ -107,22 +128,22 @@ class _LineReader:
         line = await self._lines.get()
         if line is _END:
             raise StopAsyncIteration
-        if isinstance(line, OSError):
-            raise line
         self._taken.release()
         return line
 
     def _read(self) -> None:
         try:
             # Newlines as the SDK's file reads them: "\n", "\r\n" or a lone "\r" ends a line.
-            with io.TextIOWrapper(os.fdopen(self._fd, "rb", closefd=False), encoding="utf-8", errors="replace") as wire:
+            raw = io.BufferedReader(_WaitingReads(self._fd))
+            with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as wire:
                 for line in wire:
                     self._hand(line)
                     self._taken.acquire()
             self._hand(_END)
-        except OSError as error:
+        except OSError as error:  # a pty whose other end closed (EIO), a reset socket: the client has left
+            get_logger().warning("stdin.failed", problem=os_error_text(error))
             with contextlib.suppress(RuntimeError):
-                self._hand(error)
+                self._hand(_END)
         except RuntimeError:  # the event loop has closed: the server is gone
             pass
 

@@ -11,12 +11,14 @@ import io
 import json
 import logging
 import os
+import pty
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import tty
 from pathlib import Path
 
 import pytest
@@ -783,3 +785,42 @@ def test_a_spend_refused_under_a_non_utf8_data_dir_is_answered(root, tmp_path):
         assert client.wait() == 0
     assert refused["result"]["isError"] is True
     assert f"cannot record a spent approval in {tmp_path}/d\\udcffata" in refused["result"]["content"][0]["text"]
+
+
+def test_a_stdin_inherited_in_non_blocking_mode_is_read_as_it_comes(tree):
+    # A non-blocking pipe has nothing to read yet: EAGAIN, which the reader took for the end of input (exit at once).
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    server = subprocess.Popen(MODULE, stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              env=clean_environ(SKILLS_DIR=str(tree)))  # fmt: skip
+    os.close(read_end)
+    try:
+        time.sleep(1)  # nothing written yet
+        assert server.poll() is None
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "0"}}}  # fmt: skip
+        os.write(write_end, json.dumps(hello).encode() + b"\n")
+        assert json.loads(server.stdout.readline())["id"] == 1
+    finally:
+        os.close(write_end)
+    assert server.wait(timeout=10) == 0
+    server.stdout.close()
+
+
+def test_a_stdin_that_fails_to_read_is_the_client_leaving_not_a_crash(tree):
+    # A pty whose other end closed reads EIO: the server ended with a traceback and status 1, no shutdown line.
+    controller, terminal = pty.openpty()
+    tty.setraw(terminal)
+    server = subprocess.Popen(MODULE, stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=clean_environ(SKILLS_DIR=str(tree)))  # fmt: skip
+    os.close(terminal)
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    os.write(controller, json.dumps(hello).encode() + b"\n")
+    assert json.loads(server.stdout.readline())["id"] == 1
+    os.close(controller)
+    assert server.wait(timeout=10) == 0
+    events = [json.loads(line) for line in server.stderr.read().splitlines()]
+    server.stdout.close()
+    server.stderr.close()
+    assert [event["event"] for event in events][-2:] == ["stdin.failed", "shutdown"]
+    assert events[-1]["reason"] == "eof"
