@@ -141,11 +141,16 @@ def _roots_given_to_serve(args: list[str]) -> list[str]:
     return [arg for arg in given if os.path.isdir(arg)]
 
 
-def serve() -> int:
-    # Until the stdio loop listens for signals (boot takes ~0.2 s), a signal ends the process at once and cleanly:
-    # nothing runs yet, and Python's defaults would leave a traceback (SIGINT) or a signal exit status.
+def _exit_on_signals() -> None:
     for each in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(each, lambda *_: os._exit(EXIT_OK))
+
+
+def serve() -> int:
+    # Until the stdio loop listens for signals (boot takes ~0.2 s), and again once it has stopped (the log lines
+    # still draining to a slow stderr), a signal ends the process at once and cleanly: Python's defaults would
+    # leave a traceback (SIGINT) or a signal exit status.
+    _exit_on_signals()
     # What start-up imports lives as long as the process, so it is imported with no collection, then frozen, and
     # its dataclasses' methods compile at first call (startup.py: frozen-gc, deferred-methods); discovery, after
     # it, leaves garbage to collect.
@@ -197,6 +202,7 @@ def serve() -> int:
         reap_adopted_as_they_die()  # as PID 1 too, before any run: an operator's job is collected when it ends
 
     anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end, on_listening)
+    _exit_on_signals()
     return EXIT_OK
 
 

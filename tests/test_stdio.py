@@ -824,3 +824,21 @@ def test_a_stdin_that_fails_to_read_is_the_client_leaving_not_a_crash(tree):
     server.stderr.close()
     assert [event["event"] for event in events][-2:] == ["stdin.failed", "shutdown"]
     assert events[-1]["reason"] == "eof"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_last_log_lines_drain_still_exits_zero(tree, signum):
+    # After the end of input the loop no longer handles signals while the log lines wait for a slow stderr (up to
+    # 2 s): a client's close-then-SIGTERM ended the server by the signal (status -15), or SIGINT's traceback.
+    server = subprocess.Popen(MODULE, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              env=clean_environ(SKILLS_DIR=str(tree)))  # fmt: skip
+    server.stdin.write(b"x\n" * 3000)  # 3000 message.unreadable lines: more than stderr's pipe holds, unread
+    server.stdin.flush()
+    time.sleep(3)
+    server.stdin.close()
+    time.sleep(1)
+    server.send_signal(signum)
+    try:
+        assert server.wait(timeout=10) == 0
+    finally:
+        server.stderr.close()
