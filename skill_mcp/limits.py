@@ -30,6 +30,9 @@ MAX_ARGS = 64
 MAX_SCRIPT_BYTES = 16777216
 MAX_ARG_BYTES = 8192
 MAX_OUTPUT_BYTES = 1048576
+# A client's message is small (a call's arguments, a form's answer); a longer line is refused unparsed, since
+# parsing 100 MB holds the event loop, signals and the exit deadline for 10 s and more.
+MAX_MESSAGE_CHARS = 4194304
 
 SKILL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

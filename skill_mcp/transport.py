@@ -23,8 +23,10 @@ from typing import Any
 
 import anyio
 
+from .limits import MAX_MESSAGE_CHARS
 from .logs import get_logger
 from .text import os_error_text
+from .unreadable import LINE_CUT
 
 WRITE_AHEAD_BYTES = 4 * 1024 * 1024  # answers queued for a client that is slow to read, before the server waits
 _END = object()
@@ -136,7 +138,11 @@ class _LineReader:
             # Newlines as the SDK's file reads them: "\n", "\r\n" or a lone "\r" ends a line.
             raw = io.BufferedReader(_WaitingReads(self._fd))
             with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as wire:
-                for line in wire:
+                while line := wire.readline(MAX_MESSAGE_CHARS + 1):
+                    if len(line) > MAX_MESSAGE_CHARS and not line.endswith("\n"):
+                        line = line[:MAX_MESSAGE_CHARS] + LINE_CUT  # refused, answered by an id read from its start
+                        while (rest := wire.readline(MAX_MESSAGE_CHARS)) and not rest.endswith("\n"):
+                            pass
                     self._hand(line)
                     self._taken.acquire()
             self._hand(_END)

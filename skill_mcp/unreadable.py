@@ -13,6 +13,7 @@ from mcp.shared.dispatcher import as_request_id
 from mcp_types import RequestId
 from pydantic import ValidationError
 
+from .limits import MAX_MESSAGE_CHARS
 from .schemas import json_type
 from .text import encodes_as_utf8, quoted
 
@@ -35,6 +36,10 @@ def unreadable_message(error: Exception) -> Unreadable:
         if isinstance(detail.get("input"), list) and len(detail["loc"]) == 1:
             return _refused_batch(detail["input"])
         if detail["type"] == "json_invalid":
+            if isinstance(detail["input"], str) and detail["input"].endswith(LINE_CUT):
+                message = _top_level(detail["input"], partial=True)
+                refusal = types.ErrorData(code=types.PARSE_ERROR, message=_TOO_LONG)
+                break
             try:  # Python's parser takes some of what pydantic's refuses, enough to read the request's id
                 message = json.loads(detail["input"])
             except RecursionError:  # its own top level still names the id
@@ -74,6 +79,12 @@ def lost_request_id(message: Any) -> str | None:
     )
 
 
+# Appended by the transport to the start it kept of a line over MAX_MESSAGE_CHARS: no JSON text holds a NUL.
+LINE_CUT = "\x00skill-mcp: line cut"
+_TOO_LONG = (
+    f"the line is longer than {MAX_MESSAGE_CHARS} characters, the most a message to this server may be; it was not "
+    "read (a call's arguments name files rather than carry them)"
+)
 _BATCH = types.ErrorData(
     code=types.INVALID_REQUEST,
     message=(
@@ -114,9 +125,9 @@ _NESTED = object()  # a member whose value is an object or an array, not read
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
-def _top_level(text: str) -> dict[str, Any]:
+def _top_level(text: str, partial: bool = False) -> dict[str, Any]:
     """The members of the JSON object `text`, read without recursion: flat values as they are, nested ones as
-    _NESTED; {} when `text` is no such object. It runs on the event loop, so it goes from string to string,
+    _NESTED; {} when `text` is no such object (`partial`: the start of one, the members read before it ends). It runs on the event loop, so it goes from string to string,
     counting the brackets between them at C speed, and stops after _TOP_LEVEL_STRINGS strings with the members
     read by then."""
     if not text.lstrip().startswith("{"):
@@ -140,7 +151,7 @@ def _top_level(text: str) -> dict[str, Any]:
                 else:
                     members[string], index = decoder.raw_decode(text, value)
     except ValueError:
-        return {}
+        return members if partial else {}
     return members
 
 

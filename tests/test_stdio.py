@@ -26,6 +26,7 @@ import structlog
 from support import write_skill
 from wire import LineClient, clean_environ, legacy_handshake, running, tool_payload
 
+from skill_mcp.limits import MAX_MESSAGE_CHARS
 from skill_mcp.logs import configure_logging
 from skill_mcp.server import BEFORE_THE_SESSION
 
@@ -842,3 +843,22 @@ def test_a_signal_while_the_last_log_lines_drain_still_exits_zero(tree, signum):
         assert server.wait(timeout=10) == 0
     finally:
         server.stderr.close()
+
+
+def test_a_line_longer_than_a_message_may_be_is_refused_by_its_id_unparsed(tree):
+    # Parsing a 100 MB line held the event loop (and with it signals and the exit deadline) for 13-20 s: a line
+    # past MAX_MESSAGE_CHARS is cut there and refused, its id read from the start kept.
+    keys = ",".join(f'"k{index}":1' for index in range(8_000_000))  # ~100 MB of members, the costliest to parse
+    huge = ('{"jsonrpc":"2.0","id":9,"method":"ping","params":{' + keys + "}}").encode()
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        legacy_handshake(client)
+        client.send_line(huge)
+        refused = client.next_message()
+        assert client.request("ping")["result"] == {}
+        client.close_stdin()
+        closed = time.monotonic()
+        assert client.wait() == 0 and time.monotonic() - closed < 5
+    assert refused["id"] == 9 and refused["error"]["code"] == -32700
+    assert refused["error"]["message"].startswith(f"the line is longer than {MAX_MESSAGE_CHARS} characters")
+    logged = [event for event in client.log_events() if event["event"] == "message.unreadable"]
+    assert [event["requestIds"] for event in logged] == [[9]]
