@@ -151,17 +151,16 @@ class _Unanswered:
         """Answers the server writes of its own accord (refusals of unreadable lines), counted like requests."""
         self._waiting.update(coerce_request_id(request_id) for request_id in request_ids)
 
-    def send_started(self, item: Any) -> None:
-        """An answer handed to the writer: until it is taken, the writer is behind."""
-        self._in_writer[_answer_id(item)] += 1
+    def send_started(self, answer_id: RequestId | None) -> None:
+        """A message handed to the writer (an answer to `answer_id`, or None): until taken, the writer is behind."""
+        self._in_writer[answer_id] += 1
 
-    def send_taken(self, item: Any) -> None:
-        _take_one(self._in_writer, _answer_id(item))
+    def send_taken(self, answer_id: RequestId | None) -> None:
+        _take_one(self._in_writer, answer_id)
         self._make_room()
 
-    def note_written(self, item: Any) -> None:
-        if (request_id := _answer_id(item)) is not None:
-            self._settle(request_id)
+    def note_written(self, answer_id: RequestId) -> None:
+        self._settle(answer_id)
 
     def _settle(self, request_id: RequestId) -> None:
         _take_one(self._waiting, request_id)
@@ -302,9 +301,11 @@ class _WatchedOutput(_Watched):
     """Notes each answer written."""
 
     async def send(self, item: Any) -> None:
-        self._unanswered.send_started(item)
+        answer_id = _answer_id(item)
+        self._unanswered.send_started(answer_id)
         try:
             await self._stream.send(item)
         finally:
-            self._unanswered.send_taken(item)
-        self._unanswered.note_written(item)
+            self._unanswered.send_taken(answer_id)
+        if answer_id is not None:
+            self._unanswered.note_written(answer_id)

@@ -384,9 +384,9 @@ def test_request_ids_follow_the_sdks_rules() -> None:
     for cancelled in (True, "7"):
         params = {"requestId": cancelled}
         unanswered.note_read(SessionMessage(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)))
-    unanswered.note_written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
+    unanswered.note_written(1)
     assert dict(unanswered._waiting) == {1: 1}  # the second request 1 still waits; 7 was cancelled
-    unanswered.note_written(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=7, result={})))  # a late answer
+    unanswered.note_written(7)  # a late answer
     assert unanswered._waiting.total() == 1
 
 
@@ -402,8 +402,7 @@ async def test_reading_waits_while_max_requests_wait_for_their_answer_and_answer
     unanswered.note_owed(["refused"])
     with anyio.fail_after(1):  # slow requests while answers flow: a ping or a cancellation is still read
         await unanswered.wait_for_room()
-    answer = SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=0, result={}))
-    unanswered.send_started(answer)  # an answer the writer has not taken: the client is not reading
+    unanswered.send_started(0)  # an answer the writer has not taken: the client is not reading
     with anyio.move_on_after(0.2) as waited:
         await unanswered.wait_for_room()
     assert waited.cancelled_caught
@@ -437,7 +436,7 @@ async def test_the_end_of_input_waits_for_no_skill_run_and_for_every_refusal() -
         group.start_soon(drain)
         await anyio.sleep(0.1)
         assert not drained.is_set()
-        unanswered.note_written(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=7, error=types.ErrorData(code=-32700, message="x"))))
+        unanswered.note_written(7)
         with anyio.fail_after(1):
             await drained.wait()
 
