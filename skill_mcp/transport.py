@@ -29,6 +29,7 @@ from .text import os_error_text
 from .unreadable import LINE_CUT
 
 WRITE_AHEAD_BYTES = 4 * 1024 * 1024  # answers queued for a client that is slow to read, before the server waits
+STDOUT_PIPE_BYTES = 1024 * 1024  # a 1 MiB answer crosses a pipe this wide in one wake-up of the client, not 16
 _END = object()
 
 
@@ -44,6 +45,7 @@ async def stdio_transport(
     from mcp.server.stdio import stdio_server
 
     with _claimed(wire_in, _null_input) as reading, _claimed(wire_out, _stderr_output) as writing:
+        _widen_pipe(writing)
         writer = _LineWriter(writing)
         async with anyio.create_task_group() as group:
             group.start_soon(writer.fail_when_broken)
@@ -61,6 +63,14 @@ def reports_hangup(fd: int) -> bool:
     except OSError:
         return False
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _widen_pipe(fd: int) -> None:
+    """Widens the pipe `fd` writes to STDOUT_PIPE_BYTES where Linux allows it (never narrows it); anything else,
+    or a refusal (the user's pipe quota, another system), leaves it as it was."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no F_SETPIPE_SZ outside Linux
+        if stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < STDOUT_PIPE_BYTES:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, STDOUT_PIPE_BYTES)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ wait for a client that stops reading, and a client that closes its end must end 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
@@ -22,7 +23,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.message import SessionMessage
 
-from skill_mcp.transport import WRITE_AHEAD_BYTES, stdio_transport
+from skill_mcp.transport import STDOUT_PIPE_BYTES, WRITE_AHEAD_BYTES, stdio_transport
 
 pytestmark = pytest.mark.anyio
 
@@ -200,3 +201,40 @@ def test_stdin_and_stdout_read_null_and_write_to_stderr_while_serving_and_come_b
     assert json.loads(lines[0]) == {"jsonrpc": "2.0", "method": "notifications/echo"}
     assert lines[1:] == ["{'fd0': '', 'method': 'notifications/initialized'}"]
     assert finished.stderr == b"stray\n"
+
+
+async def test_a_stdout_pipe_is_widened_so_a_large_answer_crosses_in_one_write() -> None:
+    wire_in, client_out = os.pipe()
+    client_in, wire_out = os.pipe()
+    assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) < STDOUT_PIPE_BYTES
+    async with stdio_transport(wire_in, wire_out) as (_, write_stream):
+        assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) == STDOUT_PIPE_BYTES
+        await write_stream.aclose()
+        os.close(client_out)
+
+
+async def test_a_stdout_pipe_already_wider_is_left_as_wide() -> None:
+    wire_in, client_out = os.pipe()
+    client_in, wire_out = os.pipe()
+    with pipe_max_size_at_least(2 * STDOUT_PIPE_BYTES):
+        wider = fcntl.fcntl(wire_out, fcntl.F_SETPIPE_SZ, 2 * STDOUT_PIPE_BYTES)
+    async with stdio_transport(wire_in, wire_out) as (_, write_stream):
+        assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) == wider == 2 * STDOUT_PIPE_BYTES
+        await write_stream.aclose()
+        os.close(client_out)
+
+
+@contextmanager
+def pipe_max_size_at_least(size: int) -> Iterator[None]:
+    """The system's pipe-max-size raised to `size` meanwhile (root without CAP_SYS_RESOURCE is bound by it too)."""
+    setting = "/proc/sys/fs/pipe-max-size"
+    with open(setting) as f:
+        before = f.read().strip()
+    if int(before) < size:
+        with open(setting, "w") as f:
+            f.write(str(size))
+    try:
+        yield
+    finally:
+        with open(setting, "w") as f:
+            f.write(before)
