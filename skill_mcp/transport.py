@@ -56,13 +56,13 @@ async def stdio_transport(
 
 
 def reports_hangup(fd: int) -> bool:
-    """Whether `fd` tells of its writer's close before what was written is read: a pipe or a socket does; a file,
-    /dev/null or a terminal does not (its end is known only once read)."""
+    """Whether `fd` tells of its writer's close before what was written is read: a pipe, a socket or a terminal
+    (a pty's hangup) does; a file or /dev/null does not (its end is known only once read)."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
 def _widen_pipe(fd: int) -> None:
@@ -167,7 +167,7 @@ class _LineReader:
         self._loop.call_soon_threadsafe(self._lines.put_nowait, item)
 
     def _watch_hangup(self) -> None:
-        # A pipe reports the client's close at once, lines still unread; a socket's, asked (POLLRDHUP).
+        # A pipe reports the client's close at once, lines still unread; a pty its hangup; a socket's, asked (POLLRDHUP).
         hangup = select.poll()
         hangup.register(self._fd, select.POLLRDHUP)
         try:
