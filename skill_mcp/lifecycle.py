@@ -81,7 +81,7 @@ async def serve_stdio(
 class _ExitDeadline:
     """The exit within §5.1's 5 s. Answers are written by a thread that no cancellation reaches, so a client that
     stopped reading would hold the exit forever: `arm` forces it EXIT_DEADLINE_SECONDS later, counted from the
-    client's close where a pipe reports it with lines still unread, else from the end of input read."""
+    client's close where its stdin reports it (reports_hangup), else from the end of input read."""
 
     def __init__(self, shutdown: _Shutdown) -> None:
         self._shutdown = shutdown
