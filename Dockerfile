@@ -3,9 +3,12 @@
 ARG BASE_IMAGE=debian:bookworm-slim
 
 FROM ${BASE_IMAGE} AS build
+# apt-get clean: a base without debian-slim's docker-clean hook (CI's debootstrap tree) would
+# otherwise keep every downloaded .deb in the layer.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         python3 python3-venv ca-certificates \
+    && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md* LICENSE* ./
@@ -21,6 +24,7 @@ FROM ${BASE_IMAGE}
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         python3 nodejs nftables ca-certificates \
+    && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 app \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \

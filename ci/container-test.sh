@@ -195,6 +195,7 @@ user=$("$docker" image inspect -f '{{.Config.User}}' "$image")
     test -f /skills/skill-mcp-demo/SKILL.md || { echo "no demo skill in /skills"; exit 1; }
     test "$(stat -c %u:%g /data)" = 10001:10001 || { echo "/data not owned by 10001"; exit 1; }
     test "$SKILLS_DIR" = /skills || { echo "SKILLS_DIR=$SKILLS_DIR"; exit 1; }
+    ! ls /var/cache/apt/archives/*.deb >/dev/null 2>&1 || { echo "downloaded .debs left in /var/cache/apt"; exit 1; }
     echo "python3 $(python3 -c "import sys; print(sys.version.split()[0], sys.prefix)"); node $(node --version)"
 ' || fail "image layout"
 # Informational: whether this engine's seccomp profile lets reads take the link-free open (openat2);
