@@ -332,6 +332,63 @@ EXPECT_SCRUBBED=0 /usr/bin/python3 "$run/mcp-driver.py" "$run/server-stderr.log"
     { tail -n 20 "$run/server-stderr.log" >&2; fail "stdio smoke under --init"; }
 grep -q 'PID 1 runs as this server' "$run/server-stderr.log" || fail "no hardening.warning about the init"
 
+step "README: each 'docker run -i' line of 'Run it in Docker', verbatim: tools/list, then a clean exit on SIGTERM"
+cat >"$run/readme-run.py" <<'PY'
+"""Runs each `docker run -i` command of the README's appliance section as written, from a directory
+holding my-skills/ (the demo skill), answers tools/list, then SIGTERMs the docker client (a client
+stopping its server; docker forwards the signal) and expects exit 0 with a `shutdown` log line."""
+import json, re, signal, subprocess, sys, threading, time
+
+readme, workdir = sys.argv[1], sys.argv[2]
+section = open(readme, encoding="utf-8").read().split("<!-- appliance:start -->")[1].split("<!-- appliance:end -->")[0]
+commands = []
+for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+    for command in re.sub(r"\\\n\s*", " ", block).splitlines():
+        if command.startswith("docker run -i "):
+            commands.append(command)
+if len(commands) != 2:
+    raise SystemExit(f"FAIL: expected the unfenced and the fenced 'docker run -i' lines, found {commands}")
+for command in commands:
+    label = "fenced" if "--user 0:0" in command else "unfenced"
+    proc = subprocess.Popen(["bash", "-c", "exec " + command], cwd=workdir, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "readme", "version": "0"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.stdin.flush()
+    answer = {}
+    watchdog = threading.Timer(60, proc.kill)  # a hung start fails here, not at the stage's 600 s
+    watchdog.start()
+    while answer.get("id") != 2:
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"FAIL: {label}: no tools/list answer; stderr: {proc.stderr.read().decode()[-2000:]}")
+        answer = json.loads(line)
+    watchdog.cancel()
+    tools = [tool["name"] for tool in answer["result"]["tools"]]
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)  # stdin stays open: only the signal may end it
+    try:
+        rc = proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise SystemExit(f"FAIL: {label}: still running 15 s after SIGTERM")
+    took = time.monotonic() - start
+    stderr = proc.stderr.read().decode()
+    if rc != 0 or '"event": "shutdown"' not in stderr:
+        raise SystemExit(f"FAIL: {label}: SIGTERM gave exit {rc} after {took:.1f} s, "
+                         f"shutdown logged: {'shutdown' in stderr}; stderr tail: {stderr[-600:]}")
+    print(f"{label}: tools/list {len(tools)} tools; SIGTERM -> exit 0 in {took:.2f} s with shutdown logged")
+PY
+mkdir -p "$run/readme/my-skills" "$run/readme/bin"
+cp -r "$repo/skill_mcp/skills/skill-mcp-demo" "$run/readme/my-skills/"
+chmod -R a+rX "$run/readme"
+ln -s "$docker" "$run/readme/bin/docker"
+PATH="$run/readme/bin:$PATH" /usr/bin/python3 "$run/readme-run.py" "$repo/README.md" "$run/readme" ||
+    fail "a README 'docker run' line"
+
 # ---- cold start, measured (reported, not asserted) ----------------------------------------------
 step "cold start: spawn -> first tools/list answer, in the container and outside it"
 cat >"$run/cold-start.py" <<'PY'
