@@ -15,10 +15,12 @@ COPY pyproject.toml README.md* LICENSE* ./
 COPY skill_mcp ./skill_mcp
 # The build network's CA arrives as the BuildKit secret pip_ca, mounted for this command only;
 # PIP_CERT is set only when the secret is present and non-empty, so it never lands in a layer.
+# pip and setuptools are build tools: the server never uses them (25 MiB, and pip's own CVEs).
 RUN --mount=type=secret,id=pip_ca,target=/run/secrets/pip_ca \
     python3 -m venv /app/venv \
     && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
-    && /app/venv/bin/pip install --no-cache-dir --disable-pip-version-check /src
+    && /app/venv/bin/pip install --no-cache-dir --disable-pip-version-check /src \
+    && /app/venv/bin/pip uninstall -y --disable-pip-version-check pip setuptools
 
 FROM ${BASE_IMAGE}
 RUN apt-get update \

@@ -192,6 +192,8 @@ user=$("$docker" image inspect -f '{{.Config.User}}' "$image")
     test "$(command -v python3)" = /usr/bin/python3 || { echo "python3 is $(command -v python3)"; exit 1; }
     case ":$PATH:" in *:/app/venv*) echo "venv on PATH: $PATH"; exit 1;; esac
     test -x /app/venv/bin/skill-mcp || { echo "no /app/venv/bin/skill-mcp"; exit 1; }
+    ! /app/venv/bin/python -c "import pip" 2>/dev/null || { echo "pip left in the server venv"; exit 1; }
+    ! /app/venv/bin/python -c "import setuptools" 2>/dev/null || { echo "setuptools left in the server venv"; exit 1; }
     test -f /skills/skill-mcp-demo/SKILL.md || { echo "no demo skill in /skills"; exit 1; }
     test "$(stat -c %u:%g /data)" = 10001:10001 || { echo "/data not owned by 10001"; exit 1; }
     test "$SKILLS_DIR" = /skills || { echo "SKILLS_DIR=$SKILLS_DIR"; exit 1; }

@@ -97,6 +97,7 @@ def test_dockerfile_pip_ca_is_a_build_secret_only() -> None:
     run = secret_runs[0]
     assert "id=pip_ca" in run and "pip install" in run and "--no-cache-dir" in run
     assert re.search(r"\[ -s /run/secrets/pip_ca \]; then export PIP_CERT=/run/secrets/pip_ca", run)
+    assert run.rstrip().endswith("pip uninstall -y --disable-pip-version-check pip setuptools"), "no build tools at run time"
     for word, args in instructions:
         if word in ("ENV", "ARG", "COPY", "ADD"):
             assert "PIP_CERT" not in args and "pip_ca" not in args, f"{word} {args}"
