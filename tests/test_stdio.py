@@ -596,11 +596,12 @@ def test_busy_skills_extension_answers_leave_stdio_answering(root):
             client.send_line(json.dumps({"jsonrpc": "2.0", "id": f"list-{index}", "method": "skills/list"}).encode())
         assert client.request("ping")["result"] == {}
         assert not [line for line in client.stdout_lines if b'"list-' in line], "a skills/list was answered first"
+        # One answer, whole, before the end of input: those still hashing then are cut off (-32000), by design.
+        first = client.next_message()
+        assert all(isinstance(skill["resources"], list) for skill in first["result"]["skills"])
         client.close_stdin()
         assert client.wait() == 0
     assert_stdout_is_only_json_rpc(client)
-    answered = [json.loads(line) for line in client.stdout_lines if b'"list-' in line]
-    assert answered and all(isinstance(skill["resources"], list) for skill in answered[0]["result"]["skills"])
 
 
 def test_what_the_server_sets_for_itself_is_never_handed_to_a_script(root):
