@@ -33,6 +33,7 @@ from .version import VERSION
 
 _SDK_BARE_INVALID_PARAMS = "Invalid request parameters"
 EXTENSION_WORKERS = 4  # Skills-extension answers computed at once (each may hash 16 MiB per skill)
+RENDERED_ANSWERS_KEPT = 32  # skill_list and skill_load answers kept rendered
 RESOURCE_PAGES_KEPT = 32  # resources/list pages kept built: 16,000 resources, about 8 MiB
 BEFORE_THE_SESSION = (
     "the session has not begun: send initialize, then notifications/initialized, before any other request "
@@ -63,8 +64,12 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         answer("tools/list", lambda: surfaces.single_page(params and params.cursor))
         return tool_list
 
-    # Each boot-time answer is rendered once; at most one per served skill, plus the listing.
-    rendered: dict[tuple[str, str | None], str] = {}
+    # A boot-time answer is rendered once while it is among the last RENDERED_ANSWERS_KEPT asked for: rendering again
+    # costs little, keeping every skill's could cost 1.5 MB each (a 256 KiB body of control characters, escaped).
+    @functools.lru_cache(maxsize=RENDERED_ANSWERS_KEPT)
+    def boot_time_answer(tool: str, skill: str | None) -> str:
+        arguments = {} if skill is None else {"name": skill}  # what passed the schema: at most a skill name
+        return minified(READ_TOOLS[tool](deployment, arguments))
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -83,10 +88,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
                 return text_result(violation, is_error=True)
             if name not in BOOT_TIME_TOOLS:
                 return text_result(minified(READ_TOOLS[name](deployment, arguments)))
-            key = (name, arguments.get("name"))  # the arguments passed the schema: at most a skill name
-            if key not in rendered:
-                rendered[key] = minified(READ_TOOLS[name](deployment, arguments))
-            return text_result(rendered[key])
+            return text_result(boot_time_answer(name, arguments.get("name")))
         except ToolFailure as failure:
             return failure_result(failure)
         except Exception as error:  # noqa: BLE001 - the low-level SDK would turn it into a bare JSON-RPC error

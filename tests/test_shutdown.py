@@ -545,3 +545,33 @@ def test_a_stuck_shutdown_holds_the_forced_exit_only_briefly() -> None:
     thread.join()
     assert SHUTDOWN_WAIT_SECONDS - 0.05 <= waited < SHUTDOWN_WAIT_SECONDS + 1
     assert EXIT_DEADLINE_SECONDS + SHUTDOWN_WAIT_SECONDS + STDERR_DRAIN_SECONDS < 5
+
+
+def test_the_skill_load_answers_kept_rendered_are_bounded_in_memory(tmp_path) -> None:
+    # Every skill_load answer stayed rendered for the server's life: a 250 KB body of control characters is
+    # 1.5 MB escaped, so 100 such skills took 150 MB more than their bodies; now only the last few are kept.
+    for index in range(100):
+        write_skill(tmp_path / "skills", f"s{index:03d}", body="\x01" * 250_000)
+    loads = [
+        {"jsonrpc": "2.0", "id": index + 1, "method": "tools/call",
+         "params": {"name": "skill_load", "arguments": {"name": f"s{index:03d}"}}}
+        for index in range(100)
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=clean_environ(SKILLS_DIR=str(tmp_path / "skills"), MCP_MAX_SKILLS="100"),
+    )  # fmt: skip
+    try:
+        process.stdin.write(handshake_lines(0) + "".join(json.dumps(load) + "\n" for load in loads).encode())
+        process.stdin.flush()
+        answers = [json.loads(process.stdout.readline()) for _ in range(101)][1:]  # after initialize's
+        peak = peak_memory(process.pid)
+        process.stdin.close()
+        assert process.wait(timeout=EXIT_SECONDS + 5) == 0
+    finally:
+        process.kill()
+        process.stdout.close()
+    assert [json.loads(answer["result"]["content"][0]["text"])["name"] for answer in answers] == [
+        f"s{index:03d}" for index in range(100)
+    ]
+    assert peak < 190 * 1024 * 1024, peak  # 245 MB before, 137 MB now
