@@ -82,3 +82,55 @@ def test_the_inspector_accepts_a_nested_directory_read(fixture_tree: Path) -> No
         "skill://alpha/scripts/lib",
         "skill://alpha/scripts/run.py",
     ]
+
+
+ODD_NAMES = {"café.md": "nfc\n", "cafe\u0301.md": "nfd\n", "q?x.txt": "q\n", "h#x.txt": "h\n", "sp ace/~a+b=c.txt": "deep\n"}
+
+
+@pytest.fixture(scope="module")
+def odd_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One extension skill whose file names URIs must escape, with normalization twins and a link loop."""
+    root = tmp_path_factory.mktemp("odd").resolve()
+    skill = write_skill(root, "odd", "name: odd\ndescription: Odd names.\n", files=ODD_NAMES)
+    os.symlink("loop-b", skill / "loop-a")
+    os.symlink("loop-a", skill / "loop-b")
+    return root
+
+
+def test_odd_names_pass_verify_with_the_uris_the_server_lists(odd_tree: Path) -> None:
+    # An independent client fetches each URI the server lists and hashes what it reads: encoding and digests agree.
+    run = inspect(odd_tree, "--method", "skills/list", "--verify")
+    assert run.returncode == 0, run.stdout + run.stderr
+    (report,) = reports(run.stdout)
+    assert report["outcome"] == "verified"
+    assert sorted(file["uri"] for file in report["files"]) == sorted(  # type: ignore[union-attr]
+        [
+            "skill://odd/SKILL.md",
+            "skill://odd/caf%C3%A9.md",
+            "skill://odd/cafe%CC%81.md",
+            "skill://odd/h%23x.txt",
+            "skill://odd/q%3Fx.txt",
+            "skill://odd/sp%20ace/~a%2Bb%3Dc.txt",
+        ]
+    )
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_the_inspector_reads_a_normalization_twin_and_is_refused_a_loop_in_both_eras(odd_tree: Path, era: str) -> None:
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        # inspect() asks for the modern era; a later --protocol-era wins
+        return inspect(odd_tree, *arguments, "--protocol-era", era)
+
+    read = run("--method", "resources/read", "--uri", "skill://odd/cafe%CC%81.md")
+    assert read.returncode == 0, read.stdout + read.stderr
+    answer = json.loads(read.stdout)
+    assert answer["contents"] == [{"uri": "skill://odd/cafe%CC%81.md", "mimeType": "text/markdown", "text": "nfd\n"}]
+    assert ("_meta" in answer) is (era == "modern")  # the era asked for is the one negotiated
+    called = run("--method", "tools/call", "--tool-name", "skill_file", "--tool-arg", "name=odd",
+                 'paths=["café.md", "loop-a", "q?x.txt"]')  # fmt: skip
+    assert called.returncode == 0, called.stdout + called.stderr
+    (item,) = json.loads(called.stdout)["content"]
+    files = json.loads(item["text"])["files"]
+    assert [entry.get("content", entry.get("error")) for entry in files] == [
+        "nfc\n", '"loop-a" is not a file in this skill', "q\n"
+    ]  # fmt: skip
