@@ -1,4 +1,4 @@
-"""Attacks the fence held in the adversarial review, pinned: a script run by the real `skill-mcp serve` as uid
+"""Attacks the fence holds against: a script run by the real `skill-mcp serve` as uid
 10001 (SPEC §9.4, §9.7) reaching for the server's stdio or environment, or escaping its run as the server's own
 child. The sandbox and server are test_fence_e2e's."""
 
