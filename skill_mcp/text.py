@@ -13,8 +13,12 @@ _SHOWN_PATH_CHARS = 4 * MAX_PATH_CHARS
 # C1 controls and the bidirectional marks and overrides that reorder how a line is shown; C0 controls too.
 _REORDERING = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _TERMINAL_CONTROLS = re.compile(f"[\x00-\x1f{_REORDERING}]")
-# In what a person approves, also what shows as nothing (zero-width characters) or as a line break.
-_HIDING_CHARACTERS = re.compile(f"[{_REORDERING}\u200b-\u200d\u2060\ufeff\u2028\u2029]")
+# In what a person approves, also what shows as nothing (zero-width and invisible characters, the soft hyphen,
+# the Hangul fillers, variation selectors) or as a line break.
+_HIDING_CHARACTERS = re.compile(
+    f"[{_REORDERING}\u00ad\u034f\u115f\u1160\u180e\u200b-\u200d\u2060-\u2064\u3164\ufe00-\ufe0f\ufeff\uffa0"
+    "\u2028\u2029]"
+)
 
 
 def quoted(text: str, limit: int = _SHOWN_CHARS) -> str:
