@@ -29,13 +29,28 @@ KNOWN_TOP_LEVEL_KEYS = frozenset(
 )
 _BLOCK_KEYS = ("version", "run", "env", "egress", "state")
 _RUN_ENTRY_KEYS = ("script", "interpreter", "env", "timeout")
+# Not in the spec, which makes each finding a problem: a 64 KiB frontmatter holds some 32,000 (`env: [1,1,…]`),
+# which would cost every listing megabytes (R3); past this many they are counted in one.
+MAX_FINDINGS_SHOWN = 32
 
 
 def read_declaration(frontmatter: dict[Any, Any]) -> tuple[Declaration, list[str]]:
-    """The declaration and every finding, in order: unknown top-level keys first, then the `mcp-host` block.
+    """The declaration and its findings, in order: unknown top-level keys first, then the `mcp-host` block.
 
-    Each finding is the detail of one `declaration` problem at the skill directory.
+    Each finding is the detail of one `declaration` problem at the skill directory; the first MAX_FINDINGS_SHOWN are
+    given one by one, then one that counts the rest.
     """
+    declaration, findings = _read_declaration(frontmatter)
+    if len(findings) > MAX_FINDINGS_SHOWN:
+        rest = len(findings) - MAX_FINDINGS_SHOWN
+        findings[MAX_FINDINGS_SHOWN:] = [
+            f"{rest} more findings in the frontmatter keys or the \"mcp-host\" block; only the first "
+            f"{MAX_FINDINGS_SHOWN} are reported one by one"
+        ]
+    return declaration, findings
+
+
+def _read_declaration(frontmatter: dict[Any, Any]) -> tuple[Declaration, list[str]]:
     findings = [
         f"unknown frontmatter key {quoted(json_key(key))} (ignored)"
         for key in frontmatter

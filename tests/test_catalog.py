@@ -15,6 +15,7 @@ from support import as_unprivileged, mount_namespace, needs_root, world_readable
 from skill_mcp import catalog as catalog_module
 from skill_mcp import paths
 from skill_mcp.catalog import discover
+from skill_mcp.declaration import MAX_FINDINGS_SHOWN
 from skill_mcp.limits import (
     MAX_DIRS_PER_SKILL,
     MAX_FILES_PER_SKILL,
@@ -1247,3 +1248,17 @@ def test_the_walk_never_opens_a_link_as_a_directory_where_no_descriptor_path_is_
     fd = open_directory_in_place(str(tmp_path / "real"))
     assert fd is not None
     os.close(fd)
+
+
+def test_declaration_findings_are_reported_one_by_one_only_up_to_the_cap(root):
+    # A 64 KiB frontmatter of `env: [1,1,…]` drew 32,000 problems: 6 MB in every skill_list answer.
+    items = ",".join(["1"] * 30000)
+    frontmatter = f"name: flood\nmcp-host:\n  version: 1\n  run:\n    - {{script: a.py, interpreter: python3, env: [{items}]}}\n"
+    skill_dir = make_skill(root, "flood", frontmatter=frontmatter, files={"a.py": ""})
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["flood"]
+    assert reasons(catalog) == [(str(skill_dir), "declaration")] * (MAX_FINDINGS_SHOWN + 1)
+    assert catalog.problems[-1].detail == (
+        f'{30000 - MAX_FINDINGS_SHOWN} more findings in the frontmatter keys or the "mcp-host" block; '
+        f"only the first {MAX_FINDINGS_SHOWN} are reported one by one"
+    )
