@@ -145,6 +145,13 @@ def _scan_entries(
             detail = f"cannot list its skills directory {scan_path} ({os_error_text(error)}), so no skill in it is served"
         scan.problems.append(Problem(root, "root-unreadable", detail))
         return
+    try:  # listable but not searchable (a `chmod -R 644`): none of its entries resolves, `skills` included
+        os.lstat(os.path.join(real_scan_path, os.curdir))
+    except OSError as error:
+        where = "this directory" if at_root else f"its skills directory {scan_path}"
+        detail = f"cannot enter {where} ({os_error_text(error)}), so no skill in it is served"
+        scan.problems.append(Problem(root, "root-unreadable", detail))
+        return
     if at_root and (case_note := _case_note(entry.name for entry in entries)):  # one skill's folder as the root
         detail = "this root has no SKILL.md, so it is not a skill itself; only its directories are scanned for skills"
         scan.problems.append(Problem(real_scan_path, "no-skill-md", detail + case_note))

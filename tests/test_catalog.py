@@ -471,6 +471,23 @@ def test_a_directory_this_uid_may_list_but_not_search_is_told_apart_by_its_names
 
 
 @needs_root
+@pytest.mark.parametrize("locked", ["", "skills"])
+def test_a_directory_this_uid_may_list_but_not_enter_is_one_problem_of_its_root(locked):
+    # A root (or its skills directory) of mode 0644 lists its names, but none resolves: its skills in `skills/` went
+    # unreported, and `check` said "0 problem(s)".
+    root = world_readable_dir()
+    make_skill(root / "skills", "inner")
+    (root / locked).chmod(0o644)
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    where = "this directory" if not locked else f"its skills directory {root / 'skills'}"
+    assert (names(catalog), reasons(catalog)) == ([], [(str(root), "root-unreadable")])
+    assert catalog.problems[0].detail == f"cannot enter {where} (Permission denied), so no skill in it is served"
+
+
+@needs_root
 def test_a_skills_directory_this_uid_cannot_list_is_one_problem_of_its_root():
     root = world_readable_dir()
     make_skill(root / "skills", "inner")
