@@ -102,7 +102,7 @@ class ManifestWalk:
             return True
         try:
             size = entry.stat(follow_symlinks=False).st_size
-        except OSError:  # gone since the listing, or in a directory this uid cannot search: nothing to read
+        except OSError:  # gone since the listing: nothing to read
             return self._charge_unlisted()
         self.files.append(ManifestEntry(rel, size))
         return False
@@ -146,6 +146,8 @@ def _listing(directory: str, at_most: int) -> Iterator[list[os.DirEntry[str]] | 
     entries: list[os.DirEntry[str]] | None
     try:
         try:
+            # Listable but not searchable (mode 0644): no entry of it can be stat'ed or read, so it is not listed.
+            os.stat(os.curdir, dir_fd=fd)
             with os.scandir(fd) as listing:
                 first = list(islice(listing, at_most))
                 if len(first) < at_most:  # the usual directory, read whole

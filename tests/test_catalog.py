@@ -723,8 +723,8 @@ def test_an_unsearchable_skill_directory_is_unreadable_not_missing_its_skill_md(
 
 @needs_root
 def test_a_file_this_uid_cannot_stat_is_not_listed_and_its_skill_is_still_served():
-    # A directory it may read but not search (0644) lists names it cannot stat: those are skipped, as a file
-    # removed between the listing and the stat is, rather than losing the whole skill to an unexpected failure.
+    # A directory it may read but not search (0644) lists names it cannot stat: it is not listed, and counted among
+    # the directories `check` names, rather than losing the whole skill to an unexpected failure.
     root = world_readable_dir()
     skill_dir = make_skill(root, "partly", files={"open.md": "x", "locked/inside.md": "y"})
     (skill_dir / "locked").chmod(0o644)
@@ -733,6 +733,7 @@ def test_a_file_this_uid_cannot_stat_is_not_listed_and_its_skill_is_still_served
     finally:
         shutil.rmtree(root)
     assert [entry.path for entry in served(catalog, "partly").manifest] == ["SKILL.md", "open.md"]
+    assert served(catalog, "partly").unlisted_dirs == PathTally(("locked",), 1)
 
 
 @needs_root

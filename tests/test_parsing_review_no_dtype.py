@@ -51,3 +51,16 @@ def test_a_root_this_uid_may_list_but_not_enter_is_reported_not_raised(no_dtype_
     root.chmod(0o644)
     catalog = as_unprivileged(lambda: discover([str(root)], 32))
     assert [(problem.path, problem.reason) for problem in catalog.problems] == [(str(root), "root-unreadable")]
+
+
+@needs_root
+def test_a_skill_directory_this_uid_may_list_but_not_enter_costs_only_its_files(no_dtype_dir):
+    # Its entries' kinds cost a stat that fails: the whole skill was dropped ("reading this skill failed
+    # unexpectedly"), where a filesystem with file types serves it.
+    root = no_dtype_dir / "root"
+    skill_dir = make_skill(root, "alpha", files={"docs/guide.md": "g", "notes.md": "n"})
+    (skill_dir / "docs").chmod(0o644)
+    catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    assert catalog.problems == ()
+    assert [entry.path for entry in catalog.skills[0].manifest] == ["SKILL.md", "notes.md"]
+    assert catalog.skills[0].unlisted_dirs.first == ("docs",)
