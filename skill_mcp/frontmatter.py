@@ -133,7 +133,7 @@ def _load_yaml(raw_yaml: str) -> Any:
     except RecursionError:
         raise FrontmatterError(f"{_NOT_YAML}nesting is too deep") from None
     except (TypeError, ValueError) as error:
-        # The constructor raises these bare, e.g. for a timestamp 2024-13-45 or a list inside a key.
+        # Raised bare by a constructor not wrapped above: still the author's YAML, not an unexpected failure.
         raise FrontmatterError(f"{_NOT_YAML}{error}") from None
 
 
@@ -200,9 +200,21 @@ class _Constructor(SafeConstructor):
                 raise ConstructorError(None, None, problem, node.start_mark) from None
         return value
 
+    def construct_yaml_timestamp(self, node: Any, values: Any = None) -> Any:
+        # An impossible date (2024-02-30) is a bare ValueError from datetime: given the line it is on.
+        try:
+            return super().construct_yaml_timestamp(node, values)
+        except ValueError as error:
+            raise ConstructorError(None, None, str(error), node.start_mark) from None
+
     def check_mapping_key(self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any) -> bool:
         # ruamel's own message quotes both values (file contents, which no log may carry), and Python's 1 == true
         # makes two keys collide that YAML and JSON keep apart.
+        try:
+            hash(key)
+        except TypeError:  # a list inside a list key: ruamel makes the outer one a tuple, which still cannot hash
+            raise ConstructorError("while constructing a mapping", node.start_mark, "found unhashable key",
+                                   key_node.start_mark) from None
         if key not in mapping:
             return True
         earlier = next(each for each in mapping if each is key or each == key)  # NaN: the same object, never equal
@@ -215,6 +227,7 @@ class _Constructor(SafeConstructor):
 
 _Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
 _Constructor.add_constructor("tag:yaml.org,2002:str", _Constructor.construct_yaml_str)
+_Constructor.add_constructor("tag:yaml.org,2002:timestamp", _Constructor.construct_yaml_timestamp)
 
 
 def _tag_text(value: tuple[str | None, str]) -> str:

@@ -234,8 +234,23 @@ def test_dates_stay_date_values():
     assert frontmatter == {"d": datetime.date(2024, 1, 2), "t": datetime.datetime(2024, 1, 2, 10, 0)}
 
 
-def test_impossible_date_is_a_yaml_error():
-    assert error_of("---\nd: 2024-13-45\n---\n") == "SKILL.md frontmatter is not valid YAML: month must be in 1..12"
+@pytest.mark.parametrize(
+    ("raw_yaml", "problem"),
+    [
+        ("d: 2024-13-45\n", "month must be in 1..12 (line 2, column 4)"),
+        ("name: a\nd: [x, 2024-02-30]\n", "day is out of range for month (line 3, column 8)"),
+        ("t: 2024-01-01t25:00:00\n", "hour must be in 0..23 (line 2, column 4)"),
+    ],
+)
+def test_impossible_date_is_a_yaml_error_at_its_position(raw_yaml, problem):
+    # §4.2: the position is known (the date's own node); it used to be left out.
+    assert error_of(f"---\n{raw_yaml}---\n") == f"SKILL.md frontmatter is not valid YAML: {problem}"
+
+
+def test_a_list_inside_a_list_key_is_a_yaml_error_at_its_position():
+    assert error_of("---\nname: a\n? [x, [y]]\n: 1\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: while constructing a mapping, found unhashable key (line 3, column 3)"
+    )
 
 
 @pytest.mark.parametrize("number", ["9" * 5000, "0x" + "f" * 5000])
