@@ -334,61 +334,210 @@ EXPECT_SCRUBBED=0 /usr/bin/python3 "$run/mcp-driver.py" "$run/server-stderr.log"
     { tail -n 20 "$run/server-stderr.log" >&2; fail "stdio smoke under --init"; }
 grep -q 'PID 1 runs as this server' "$run/server-stderr.log" || fail "no hardening.warning about the init"
 
-step "README: each 'docker run -i' line of 'Run it in Docker', verbatim: tools/list, then a clean exit on SIGTERM"
+step "README: each 'docker run -i' line of 'Run it in Docker', verbatim: runs, a left process, writes, SIGTERM mid-run"
 cat >"$run/readme-run.py" <<'PY'
-"""Runs each `docker run -i` command of the README's appliance section as written, from a directory
-holding my-skills/ (the demo skill), answers tools/list, then SIGTERMs the docker client (a client
-stopping its server; docker forwards the signal) and expects exit 0 with a `shutdown` log line."""
+"""Runs each `docker run -i` command of the README's appliance section as written, from a directory holding
+my-skills/ (the demo skill and the ct-probe skill), and checks over stdio: tools/list; a confirmed run of each
+demo script; that a process a script leaves running is killed when the script exits; that /tmp and /data are
+writable by the scripts; then, with a script still running, a SIGTERM to the docker client (a client stopping
+its server; docker forwards the signal): exit 0, a `shutdown` log line with killedRun true."""
 import json, re, signal, subprocess, sys, threading, time
 
-readme, workdir = sys.argv[1], sys.argv[2]
+readme, workdir, docker = sys.argv[1], sys.argv[2], sys.argv[3]
 section = open(readme, encoding="utf-8").read().split("<!-- appliance:start -->")[1].split("<!-- appliance:end -->")[0]
 commands = []
 for block in re.findall(r"```sh\n(.*?)```", section, re.S):
     for command in re.sub(r"\\\n\s*", " ", block).splitlines():
         if command.startswith("docker run -i "):
             commands.append(command)
-if len(commands) != 2:
-    raise SystemExit(f"FAIL: expected the unfenced and the fenced 'docker run -i' lines, found {commands}")
-for command in commands:
-    label = "fenced" if "--user 0:0" in command else "unfenced"
-    proc = subprocess.Popen(["bash", "-c", "exec " + command], cwd=workdir, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "readme", "version": "0"}}},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):
-        proc.stdin.write(json.dumps(message).encode() + b"\n")
-    proc.stdin.flush()
-    answer = {}
-    watchdog = threading.Timer(60, proc.kill)  # a hung start fails here, not at the stage's 600 s
-    watchdog.start()
-    while answer.get("id") != 2:
-        line = proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"FAIL: {label}: no tools/list answer; stderr: {proc.stderr.read().decode()[-2000:]}")
-        answer = json.loads(line)
-    watchdog.cancel()
-    tools = [tool["name"] for tool in answer["result"]["tools"]]
+labels = ["fenced" if "--user 0:0" in c else "read-only" if "--read-only" in c else "unfenced" for c in commands]
+if labels != ["unfenced", "fenced", "read-only"]:
+    raise SystemExit(f"FAIL: expected the unfenced, fenced and read-only 'docker run -i' lines, found {commands}")
+
+
+class Server:
+    def __init__(self, label, command):
+        self.label, self.next_id, self.stderr, self.runs = label, 0, [], 0
+        self.proc = subprocess.Popen(["bash", "-c", "exec " + command], cwd=workdir, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self.reader.start()
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode(errors="replace"))
+
+    def wait_run_started(self, count, timeout):
+        deadline = time.monotonic() + timeout
+        while sum('"event": "run.start"' in line for line in self.stderr) < count:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def fail(self, why):
+        self.proc.kill()
+        raise SystemExit(f"FAIL: {self.label}: {why}; stderr tail: {''.join(self.stderr)[-1500:]}")
+
+    def send(self, method, params=None, notify=False):
+        message = {"jsonrpc": "2.0", "method": method, **({"params": params} if params is not None else {})}
+        if not notify:
+            self.next_id += 1
+            message["id"] = self.next_id
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+        return self.next_id
+
+    def request(self, method, params=None, timeout=60):
+        wanted = self.send(method, params)
+        watchdog = threading.Timer(timeout, self.proc.kill)  # a hang fails here, not at the stage's 600 s
+        watchdog.start()
+        try:
+            while True:
+                line = self.proc.stdout.readline()
+                if not line:
+                    self.fail(f"no answer to {method}")
+                answer = json.loads(line)
+                if answer.get("id") == wanted:
+                    break
+        finally:
+            watchdog.cancel()
+        if "error" in answer:
+            self.fail(f"{method}: {answer['error']}")
+        return answer["result"]
+
+    def tool(self, name, arguments):
+        result = self.request("tools/call", {"name": name, "arguments": arguments})
+        if result.get("isError"):
+            self.fail(f"{name} {arguments}: {result['content'][0]['text']}")
+        return json.loads(result["content"][0]["text"])
+
+    def token(self, skill, script, args):
+        first = self.tool("skill_run", {"name": skill, "script": script, "args": args})
+        if first.get("status") != "confirmation-required" or not first.get("confirmToken"):
+            self.fail(f"{script} {args}: first call gave {first}")
+        return first["confirmToken"]
+
+    def run(self, skill, script, args):
+        token = self.token(skill, script, args)
+        outcome = self.tool("skill_run", {"name": skill, "script": script, "args": args, "confirmToken": token})
+        self.runs += 1
+        if outcome.get("exitCode") != 0 or outcome.get("timedOut"):
+            self.fail(f"{script} {args}: run gave {outcome}")
+        return outcome["stdout"]
+
+
+def check(label, command):
+    server = Server(label, command)
+    server.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                  "clientInfo": {"name": "readme", "version": "0"}})
+    server.send("notifications/initialized", notify=True)
+    tools = [tool["name"] for tool in server.request("tools/list")["tools"]]
+    for script in ("scripts/report.py", "scripts/report.js"):
+        report = json.loads(server.run("skill-mcp-demo", script, ["one", "two words"]))
+        if report.get("argv", [])[-2:] != ["one", "two words"]:
+            server.fail(f"{script}: argv {report.get('argv')}")
+    left = server.run("ct-probe", "scripts/probe.py", ["leave"]).strip()
+    state = server.run("ct-probe", "scripts/probe.py", ["state", left]).strip()
+    if state != "gone":
+        server.fail(f"the process {left} a script left running is still there after its run (state {state})")
+    written = server.run("ct-probe", "scripts/probe.py", ["write", "/tmp", "/data"]).split("\n")
+    if written[:2] != ["/tmp: writable", "/data: writable"]:
+        server.fail(f"scripts cannot write: {written}")
+    # A run still going when the stop comes: the server kills it and says so.
+    server.send("tools/call", {"name": "skill_run", "arguments": {
+        "name": "ct-probe", "script": "scripts/probe.py", "args": ["sleep"],
+        "confirmToken": server.token("ct-probe", "scripts/probe.py", ["sleep"])}})
+    if not server.wait_run_started(server.runs + 1, 15):
+        server.fail("no run.start for the sleeping script within 15 s")
     start = time.monotonic()
-    proc.send_signal(signal.SIGTERM)  # stdin stays open: only the signal may end it
+    server.proc.send_signal(signal.SIGTERM)  # stdin stays open: only the signal may end it
     try:
-        rc = proc.wait(timeout=15)
+        rc = server.proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        raise SystemExit(f"FAIL: {label}: still running 15 s after SIGTERM")
+        server.fail("still running 15 s after SIGTERM")
     took = time.monotonic() - start
-    stderr = proc.stderr.read().decode()
-    if rc != 0 or '"event": "shutdown"' not in stderr:
-        raise SystemExit(f"FAIL: {label}: SIGTERM gave exit {rc} after {took:.1f} s, "
-                         f"shutdown logged: {'shutdown' in stderr}; stderr tail: {stderr[-600:]}")
-    print(f"{label}: tools/list {len(tools)} tools; SIGTERM -> exit 0 in {took:.2f} s with shutdown logged")
+    server.reader.join(5)  # the last log lines
+    shutdown = [json.loads(line) for line in server.stderr if '"event": "shutdown"' in line]
+    if rc != 0 or not shutdown or shutdown[0].get("killedRun") is not True:
+        server.fail(f"SIGTERM mid-run gave exit {rc} after {took:.1f} s, shutdown logged: {shutdown}")
+    print(f"{label}: tools/list {len(tools)} tools; both demo scripts exit 0; a left process {left} gone after "
+          f"its run; /tmp and /data writable; SIGTERM mid-run -> exit 0 in {took:.2f} s, shutdown killedRun true")
+
+
+for label, command in zip(labels, commands):
+    try:
+        check(label, command)
+    finally:
+        # Named volumes (not bind mounts) would stay in the cached data root: removed, pass or fail.
+        for volume in re.findall(r"-v ([A-Za-z0-9][\w.-]*):/", command):
+            for _ in range(20):  # in use until docker has removed the container
+                if subprocess.run([docker, "volume", "rm", volume], capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.5)
+            else:
+                print(f"warning: {label}: could not remove the volume {volume}", file=sys.stderr)
 PY
-mkdir -p "$run/readme/my-skills" "$run/readme/bin"
+mkdir -p "$run/readme/my-skills/ct-probe/scripts" "$run/readme/bin"
 cp -r "$repo/skill_mcp/skills/skill-mcp-demo" "$run/readme/my-skills/"
+cat >"$run/readme/my-skills/ct-probe/SKILL.md" <<'MD'
+---
+name: ct-probe
+description: Container-test probe scripts (leave a process running, report a pid's state, sleep, write).
+mcp-host:
+  version: 1
+  run:
+    - script: scripts/probe.py
+      interpreter: python3
+      timeout: 120
+---
+Container-test only.
+MD
+cat >"$run/readme/my-skills/ct-probe/scripts/probe.py" <<'PY'
+"""leave: start a detached grandchild (a session of its own) and exit, printing its pid; state PID: that
+pid's state or "gone"; sleep: outlast the test; write DIR...: create and remove a file in each DIR."""
+import os
+import sys
+import time
+
+mode, rest = sys.argv[1], sys.argv[2:]
+if mode == "leave":
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.write(w, str(os.getpid()).encode())
+            os.close(w)
+            time.sleep(300)
+        os._exit(0)
+    os.close(w)
+    os.wait()
+    print(os.read(r, 32).decode())
+elif mode == "state":
+    try:
+        with open(f"/proc/{rest[0]}/stat") as stat:
+            print(stat.read().rsplit(")", 1)[1].split()[0])
+    except FileNotFoundError:
+        print("gone")
+elif mode == "sleep":
+    time.sleep(300)
+elif mode == "write":
+    for directory in rest:
+        try:
+            path = os.path.join(directory, f"probe-{os.getpid()}")
+            with open(path, "w") as f:
+                f.write("x")
+            os.unlink(path)
+            print(f"{directory}: writable")
+        except OSError as exc:
+            print(f"{directory}: {exc.strerror}")
+PY
 chmod -R a+rX "$run/readme"
 ln -s "$docker" "$run/readme/bin/docker"
-PATH="$run/readme/bin:$PATH" /usr/bin/python3 "$run/readme-run.py" "$repo/README.md" "$run/readme" ||
+PATH="$run/readme/bin:$PATH" /usr/bin/python3 "$run/readme-run.py" "$repo/README.md" "$run/readme" "$docker" ||
     fail "a README 'docker run' line"
 
 # ---- cold start, measured (reported, not asserted) ----------------------------------------------

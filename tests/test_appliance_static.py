@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -471,6 +472,67 @@ def test_entrypoint_refuses_when_the_allowlist_cannot_be_computed(shared_dir: Pa
     assert proc.returncode != 0
     assert not marker.exists()
     assert "could not compute the egress allowlist" in proc.stderr
+
+
+# ---- README's docker run lines (run verbatim by ci/container-test.sh) ------------------------
+
+def readme_docker_runs() -> dict[str, list[str]]:
+    """The `docker run -i` lines of the README's appliance section, found as ci/container-test.sh finds them."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("<!-- appliance:start -->")[1].split("<!-- appliance:end -->")[0]
+    runs: dict[str, list[str]] = {}
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        for command in re.sub(r"\\\n\s*", " ", block).splitlines():
+            if command.startswith("docker run -i "):
+                argv = shlex.split(command)
+                label = "fenced" if "--user" in argv else "read-only" if "--read-only" in argv else "unfenced"
+                assert label not in runs, command
+                runs[label] = argv
+    return runs
+
+
+def flag_values(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == flag]
+
+
+def test_readme_docker_run_lines_drop_what_the_server_does_not_need() -> None:
+    runs = readme_docker_runs()
+    assert list(runs) == ["unfenced", "fenced", "read-only"]
+    for label, argv in runs.items():
+        assert argv[:4] == ["docker", "run", "-i", "--rm"] and argv[-1] == "skill-mcp:local", label
+        assert flag_values(argv, "--cap-drop") == ["ALL"], label
+        assert flag_values(argv, "--security-opt") == ["no-new-privileges"], label
+        assert "$PWD/my-skills:/skills:ro" in flag_values(argv, "-v"), label
+    for label in ("unfenced", "read-only"):
+        argv = runs[label]
+        # Started as 10001: no capability, and no init of the server's uid (it would keep the environment).
+        assert "--cap-add" not in argv and "--init" not in argv and "--user" not in argv, label
+    fenced = runs["fenced"]
+    assert flag_values(fenced, "--user") == ["0:0"] and "--init" in fenced
+    # What the entrypoint checks for (SETUID, SETGID, SETPCAP), NET_ADMIN for the policy, KILL for the root init.
+    assert sorted(flag_values(fenced, "--cap-add")) == ["KILL", "NET_ADMIN", "SETGID", "SETPCAP", "SETUID"]
+    readonly = runs["read-only"]
+    assert flag_values(readonly, "--tmpfs") == ["/tmp"]
+    assert any(re.fullmatch(r"[A-Za-z0-9][\w.-]*:/data", volume) for volume in flag_values(readonly, "-v")), \
+        "a named volume on /data"
+
+
+def test_readme_client_configurations_carry_the_same_options() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("<!-- appliance:start -->")[1].split("<!-- appliance:end -->")[0]
+    (config,) = re.findall(r"```json\n(.*?)```", section, re.S)
+    args = json.loads(config)["mcpServers"]["skills"]["args"]
+    assert args[:3] == ["run", "-i", "--rm"]
+    assert flag_values(args, "--cap-drop") == ["ALL"]
+    assert flag_values(args, "--security-opt") == ["no-new-privileges"]
+    for line in re.findall(r"`claude mcp add [^`]*`", section):
+        assert "--cap-drop ALL --security-opt no-new-privileges" in " ".join(line.split()), line
+
+
+def test_container_test_runs_the_readme_lines_verbatim() -> None:
+    script = (REPO / "ci" / "container-test.sh").read_text(encoding="utf-8")
+    assert 'split("<!-- appliance:start -->")' in script and 'command.startswith("docker run -i ")' in script
+    assert 'labels != ["unfenced", "fenced", "read-only"]' in script
 
 
 # ---- probe (§15.4) --------------------------------------------------------------------------
