@@ -68,6 +68,12 @@ class Config:
         return bool(self.host_markers)
 
 
+NO_GRANT_FROM_PLACEHOLDER = (
+    "null, undefined or an unexpanded ${...} placeholder counts as unset: no grant is set, so each skill's own "
+    "declaration decides what may run (hosted: nothing may run)"
+)
+
+
 def read_var(environ: Mapping[str, str], name: str) -> str | None:
     """The unset rule (§2.1): the stripped value, or None when absent, blank, null-ish or a placeholder."""
     raw = environ.get(name)
@@ -141,11 +147,15 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
     log_level, _ = choice("MCP_LOG_LEVEL", LOG_LEVELS, "info", "info")
     log_format, _ = choice("MCP_LOG_FORMAT", LOG_FORMATS, "json", "json")
 
+    grant_raw = var("MCP_SKILL_RUN")
+    if grant_raw is None and environ.get("MCP_SKILL_RUN", "").strip():  # a host's null or unfilled ${...}
+        warnings.append(ConfigWarning("MCP_SKILL_RUN", NO_GRANT_FROM_PLACEHOLDER))
+
     config = Config(
         roots=roots,
         roots_from=roots_from,
         host_markers=tuple(name for name in HOSTED_MARKERS if var(name) is not None),
-        grant_raw=var("MCP_SKILL_RUN"),
+        grant_raw=grant_raw,
         allow_unscrubbed=flag("MCP_SKILL_ALLOW_UNSCRUBBED"),
         data_dir=var("MCP_DATA_DIR"),
         confirm_mode="refuse" if mode_reason else mode,

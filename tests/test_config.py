@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import deployment_for
 
-from skill_mcp.config import BUNDLED_ROOT, Config, ConfigWarning, load_config, read_var
+from skill_mcp.config import BUNDLED_ROOT, NO_GRANT_FROM_PLACEHOLDER, Config, ConfigWarning, load_config, read_var
 from skill_mcp.deployment import build_deployment
 from skill_mcp.hardening import ScrubResult
 
@@ -353,3 +353,17 @@ def test_flags_are_on_only_for_1_and_any_other_value_warns(name, value, on, warn
     assert [(warning.variable, warning.problem) for warning in warnings] == (
         [(name, "only the value 1 turns this on; it stays off")] if warned else []
     )
+
+
+@pytest.mark.parametrize("value", ["${SKILL_GRANT}", "null", " undefined "])
+def test_a_grant_that_counts_as_unset_although_set_warns_without_its_value(value):
+    # A host that never filled its placeholder in: standalone, every declared script may then run once confirmed.
+    config, warnings = load_config({"MCP_SKILL_RUN": value}, "/work", BUNDLED)
+    assert config.grant_raw is None
+    assert warnings == [ConfigWarning("MCP_SKILL_RUN", NO_GRANT_FROM_PLACEHOLDER)]
+    assert "SKILL_GRANT" not in NO_GRANT_FROM_PLACEHOLDER
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_grant_is_unset_without_a_warning(value):
+    assert load_config({"MCP_SKILL_RUN": value}, "/work", BUNDLED)[1] == []
