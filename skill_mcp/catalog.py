@@ -369,7 +369,11 @@ def _read_skill_md(real_dir: str, report: Callable[[str, str], None]) -> CappedR
             detail = f"SKILL.md is a symlink pointing outside this skill's own directory ({target}); refused"
             report("symlink-escape", detail)
             return None
-        status = os.stat(read_path)
+        try:
+            status = os.stat(read_path)
+        except OSError as error:  # its target removed since it resolved
+            report("unreadable-skill-md", f"SKILL.md could not be stat'd: {os_error_text(error)}")
+            return None
     if not stat.S_ISREG(status.st_mode):
         report("unreadable-skill-md", "SKILL.md is not a regular file")
         return None

@@ -526,6 +526,27 @@ def test_a_directory_gone_between_its_resolving_and_its_reading_is_reported(root
     ]
 
 
+def test_a_skill_md_link_whose_target_goes_after_it_resolved_is_reported_with_its_cause(root, monkeypatch):
+    # Its target removed between the link's resolving and its stat: "reading this skill failed unexpectedly".
+    skill = make_skill(root, "alpha")
+    (skill / "SKILL.md").rename(skill / "real.md")
+    (skill / "SKILL.md").symlink_to("real.md")
+    resolve = catalog_module.real_path
+
+    def resolve_then_remove(path):
+        real = resolve(path)
+        if real.endswith("real.md"):
+            os.unlink(real)
+        return real
+
+    monkeypatch.setattr(catalog_module, "real_path", resolve_then_remove)
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == []
+    assert [(problem.reason, problem.detail) for problem in catalog.problems] == [
+        ("unreadable-skill-md", "SKILL.md could not be stat'd: No such file or directory")
+    ]
+
+
 def test_problem_order_is_collection_then_missing_skill_md_then_reads(tmp_path, root):
     make_skill(root, "a-bad", "name: [unclosed\n")
     (root / "b-empty").mkdir()
