@@ -19,7 +19,7 @@ from skill_mcp.limits import (
 )
 from skill_mcp.model import Declaration, EnvField, RunEntry
 from skill_mcp.paths import describe_refusal, path_refusal
-from skill_mcp.text import quoted, quoted_path
+from skill_mcp.text import cut, quoted, quoted_path
 
 KNOWN_TOP_LEVEL_KEYS = frozenset(
     {
@@ -68,7 +68,7 @@ def _read_declaration(frontmatter: dict[Any, Any]) -> tuple[Declaration, list[st
         return Declaration(), findings
     if version != DECLARATION_VERSION:
         findings.append(
-            f'"mcp-host" declares version {version}, but only version {DECLARATION_VERSION} is understood; '
+            f'"mcp-host" declares version {cut(str(version), 20)}, but only version {DECLARATION_VERSION} is understood; '
             "the block is ignored"
         )
         return Declaration(), findings

@@ -121,6 +121,13 @@ def test_other_version(version):
     )
 
 
+def test_a_huge_other_version_is_shown_cut():
+    raw = f"mcp-host:\n  version: {'9' * 4000}\n  run: []\n"
+    assert declare(raw)[1] == [
+        f'"mcp-host" declares version {"9" * 20}…, but only version 1 is understood; the block is ignored'
+    ]
+
+
 def test_unknown_block_keys_are_named_and_state_is_accepted():
     declaration, findings = declare(block("  runn: []\n  state: x\n  7: y\n  run:\n    - {script: a.py, interpreter: node}\n"))
     assert declaration.runs == (RunEntry("a.py", "node", (), 60000),)
