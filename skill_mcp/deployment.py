@@ -117,12 +117,28 @@ def _environment_warnings(config: Config, serving: bool) -> list[ConfigWarning]:
             "by one (any client without elicitation) is refused; create it, writable by the server's user (the "
             "server creates only .mcp-confirm/spent in it)"
         )))
+    elif spent_in is not None and serving and not _spent_store_writable(spent_in):
+        warnings.append(ConfigWarning("MCP_DATA_DIR", (
+            "is not writable by the server's user, so no token or request state can be recorded as spent, and a run "
+            "confirmed by one (any client without elicitation) is refused after the user approved it; make it "
+            "writable (the server creates only .mcp-confirm/spent in it)"
+        )))
     if serving and config.rlimit_nproc is not None and os.geteuid() == 0:
         warnings.append(ConfigWarning("MCP_SKILL_RLIMIT_NPROC", (
             "has no effect while the server runs as root: the kernel does not hold root to RLIMIT_NPROC; run the "
             "server as an unprivileged user"
         )))
     return warnings
+
+
+def _spent_store_writable(data_dir: str) -> bool:
+    """Whether the server's user may write in .mcp-confirm/spent, or create what of it is missing (a read-only
+    filesystem counts as not writable)."""
+    store = os.path.join(data_dir, ".mcp-confirm")
+    for directory in (os.path.join(store, "spent"), store, data_dir):
+        if os.path.isdir(directory):
+            return os.access(directory, os.W_OK | os.X_OK)
+    return False
 
 
 def _working_directory() -> str | None:

@@ -1,12 +1,13 @@
 """SPEC §2 configuration: unset rule, roots, hosted markers, parsing fallbacks (§17 items 1–16)."""
 
 import os
+import shutil
 
 import pytest
 from conftest import make_skill
 from hypothesis import given
 from hypothesis import strategies as st
-from support import deployment_for
+from support import UNPRIVILEGED_UID, as_unprivileged, deployment_for, world_readable_dir
 
 from skill_mcp.config import BUNDLED_ROOT, NO_GRANT_FROM_PLACEHOLDER, Config, ConfigWarning, load_config, read_var
 from skill_mcp.deployment import build_deployment
@@ -340,6 +341,33 @@ def test_a_spent_store_in_a_missing_data_dir_warns_at_boot(tmp_path):
     )]
     assert [w for w in (*present, *in_memory) if w.variable == "MCP_DATA_DIR"] == []
     assert not missing.exists()
+
+
+def test_a_spent_store_the_servers_user_cannot_write_warns_at_boot():
+    # The token was offered and approved, then refused as spend-failed: the boot said nothing.
+    shared = world_readable_dir()
+    try:
+        (shared / "locked").mkdir(mode=0o755)  # root's: uid 10001 may enter it, not write in it
+        (shared / "own" / ".mcp-confirm" / "spent").mkdir(parents=True)
+        os.chown(shared / "own" / ".mcp-confirm" / "spent", UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+
+        def data_dir_warnings(data_dir: str, serving: bool) -> list[str]:
+            environ = {"MCP_CONFIRM_SECRET": "s1", "MCP_DATA_DIR": data_dir}
+            scrub = ScrubResult("scrubbed", wiped_bytes=1) if serving else None
+            _, warnings = build_deployment(environ, cwd=str(shared), scrub=scrub)
+            return [w.problem for w in warnings if w.variable == "MCP_DATA_DIR"]
+
+        locked, own = str(shared / "locked"), str(shared / "own")
+        seen = as_unprivileged(lambda: [data_dir_warnings(locked, True), data_dir_warnings(own, True),
+                                        data_dir_warnings(locked, False)])  # fmt: skip
+    finally:
+        shutil.rmtree(shared)
+    assert seen[0] == [
+        "is not writable by the server's user, so no token or request state can be recorded as spent, and a run "
+        "confirmed by one (any client without elicitation) is refused after the user approved it; make it "
+        "writable (the server creates only .mcp-confirm/spent in it)"
+    ]
+    assert seen[1:] == [[], []]  # its own store is writable; `check` judges no server's user
 
 
 @pytest.mark.parametrize("name", ["MCP_SKILL_ALLOW_UNSCRUBBED", "MCP_EGRESS_FENCED"])
