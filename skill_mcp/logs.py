@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -55,6 +58,28 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
         )
     )
     logging.basicConfig(handlers=[sdk_handler], level=max(logging.WARNING, threshold), force=True)
+    # Python's own reports (a warning, an exception in a __del__ or a thread) are written to stderr as raw text, which
+    # quotes what raised them (pydantic's serializer warning quotes the value): logged like ours, by kind only.
+    warnings.showwarning = _log_warning
+    sys.unraisablehook = _log_unraisable
+    threading.excepthook = _log_thread_exception
+
+
+def _log_warning(message: Any, category: type[Warning], filename: str, lineno: int, *_: Any, **__: Any) -> None:
+    structlog.get_logger().warning(
+        "python.warning", category=category.__name__, where=f"{os.path.basename(filename)}:{lineno}"
+    )
+
+
+def _log_unraisable(report: Any) -> None:
+    structlog.get_logger().error("python.unraisable", errorType=report.exc_type.__name__)
+
+
+def _log_thread_exception(report: Any) -> None:
+    if report.exc_type is SystemExit:  # what threading's own hook ignores too
+        return
+    thread = report.thread.name if report.thread is not None else None
+    structlog.get_logger().error("thread.error", thread=thread, errorType=report.exc_type.__name__)
 
 
 def _printable_strings(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:

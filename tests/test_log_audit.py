@@ -6,17 +6,24 @@ the fields §13 fixes."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import logging
 import re
 import signal
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from support import write_skill
 from wire import LineClient, clean_environ, legacy_handshake, running, tool_payload
+
+from skill_mcp.logs import configure_logging
 
 MODULE = (sys.executable, "-m", "skill_mcp")
 MODERN = "2026-07-28"
@@ -382,3 +389,39 @@ def test_a_run_killed_at_shutdown_logs_nothing_it_printed(tree, fmt):
         assert (end["signal"], end["stdoutBytes"]) == ("SIGKILL", None)
         assert (shutdown["reason"], shutdown["killedRun"]) == ("signal", True)
 
+
+@pytest.fixture
+def logged_to():
+    """configure_logging at debug into a string; Python's report hooks are put back afterwards."""
+    saved = (warnings.showwarning, sys.unraisablehook, threading.excepthook)
+    stream = io.StringIO()
+    configure_logging(level="debug", stream=stream)
+    try:
+        yield stream
+    finally:
+        warnings.showwarning, sys.unraisablehook, threading.excepthook = saved
+        structlog.reset_defaults()
+        logging.basicConfig(force=True)
+
+
+class _FailsWhenCollected:
+    def __del__(self) -> None:
+        raise ValueError(S("unraisable"))
+
+
+def test_pythons_own_reports_are_json_lines_without_their_text(logged_to, capsys):
+    # A warning's text, or an exception's, can quote a value (pydantic's serializer warning quotes what it could not
+    # serialize); Python writes them to stderr as raw text, outside the log's one-object-per-line.
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn(f"could not serialize {S('warning')}", UserWarning, stacklevel=1)
+    _FailsWhenCollected()
+    thread = threading.Thread(target=lambda: int(S("thread")), name="worker")
+    thread.start()
+    thread.join()
+    lines = logged_to.getvalue().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["python.warning", "python.unraisable", "thread.error"]
+    warned, unraisable, crashed = map(json.loads, lines)
+    assert warned["category"] == "UserWarning" and warned["where"].startswith("test_log_audit.py:")
+    assert (unraisable["errorType"], crashed["errorType"], crashed["thread"]) == ("ValueError", "ValueError", "worker")
+    assert "SNTL" not in logged_to.getvalue() and capsys.readouterr() == ("", "")
