@@ -19,7 +19,7 @@ from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 from mcp_types import RequestId
 
-from .logs import get_logger
+from .logs import get_logger, logged_ids
 from .stderr import drain_stderr
 from .transport import reports_hangup, stdio_transport
 from .unreadable import Unreadable, lost_request_id, unreadable_message
@@ -275,7 +275,7 @@ class _Refusals:
 
     def refuse(self, error: Exception) -> Unreadable:
         unreadable = unreadable_message(error)
-        ids = {"requestIds": list(unreadable.request_ids), "answersTo": list(unreadable.answers_to)}
+        ids = {"requestIds": logged_ids(unreadable.request_ids), "answersTo": logged_ids(unreadable.answers_to)}
         if len(unreadable.request_ids) > IDS_LOGGED:  # a batch of many requests: its log line stays short
             ids.update(requestIds=ids["requestIds"][:IDS_LOGGED], requestIdsNotLogged=len(unreadable.request_ids) - IDS_LOGGED)
         get_logger().warning("message.unreadable", **ids, problem=unreadable.error.message)

@@ -7,11 +7,12 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from .text import json_for_people, printable
+from .text import cut, json_for_people, printable
 from .version import VERSION
 
 if TYPE_CHECKING:
@@ -97,6 +98,12 @@ def _exception_type_only(logger: Any, method_name: str, event: dict[str, Any]) -
 
 def get_logger() -> Any:
     return structlog.get_logger()
+
+
+def logged_ids(ids: Iterable[Any]) -> list[Any]:
+    """JSON-RPC ids as a log line shows them: a client's string id can be megabytes long, and each line waits in
+    stderr's backlog (BACKLOG_LINES of them), so a long one is cut."""
+    return [cut(each) if isinstance(each, str) else each for each in ids]
 
 
 def log_boot(

@@ -425,3 +425,24 @@ def test_pythons_own_reports_are_json_lines_without_their_text(logged_to, capsys
     assert warned["category"] == "UserWarning" and warned["where"].startswith("test_log_audit.py:")
     assert (unraisable["errorType"], crashed["errorType"], crashed["thread"]) == ("ValueError", "ValueError", "worker")
     assert "SNTL" not in logged_to.getvalue() and capsys.readouterr() == ("", "")
+
+
+def test_a_huge_request_id_is_logged_cut(tree):
+    # A client's id is echoed whole in its answer, but each log line is queued for stderr (4096 lines, when the
+    # client does not read it): a 4 MB id per line would queue gigabytes. The log shows its start.
+    huge = "I" * 4_000_000
+    batch = [{"jsonrpc": "2.0", "id": f"{index}{huge[:1_000_000]}", "method": "ping"} for index in range(3)]
+    with running(MODULE, environ(tree, "json")) as client:
+        legacy_handshake(client)
+        client.send_line(json.dumps({"jsonrpc": "2.0", "id": huge, "method": "tools/call", "params": "x"}).encode())
+        client.send_line(json.dumps(batch).encode())
+        client.send_line(json.dumps({"jsonrpc": "2.0", "id": huge, "result": "x"}).encode())
+        assert client.request("ping")["result"] == {}
+        client.close_stdin()
+        assert client.wait() == 0
+    unreadable = [event for event in client.log_events() if event["event"] == "message.unreadable"]
+    assert [len(event["requestIds"] + event["answersTo"]) for event in unreadable] == [1, 3, 1]
+    for event in unreadable:
+        assert all(isinstance(shown, str) and len(shown) <= 121 for shown in event["requestIds"] + event["answersTo"])
+    assert unreadable[0]["requestIds"] == ["I" * 120 + "…"]
+    assert max(map(len, client.stderr_lines)) < 4096
