@@ -53,7 +53,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
     sdk_handler = logging.StreamHandler(stream)
     sdk_handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[structlog.stdlib.add_logger_name, *stamp, _exception_type_only],
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *stamp, _without_values],
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
             use_get_message=False,
         )
@@ -88,7 +88,11 @@ def _printable_strings(logger: Any, method_name: str, event: dict[str, Any]) -> 
     return {key: printable(value) if isinstance(value, str) else value for key, value in event.items()}
 
 
-def _exception_type_only(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:
+def _without_values(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """A library's record as a log line may show it: the first line of its template, an exception by its type."""
+    # A template is one line; asyncio prebuilds its message and adds a task's repr, exception text included, below.
+    if isinstance(event.get("event"), str):
+        event["event"] = event["event"].split("\n", 1)[0]
     exc_info = event.pop("exc_info", None)
     event.pop("stack_info", None)
     if isinstance(exc_info, tuple) and exc_info[0] is not None:

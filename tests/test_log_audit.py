@@ -5,6 +5,8 @@ the fields §13 fixes."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import hashlib
 import io
 import json
@@ -446,3 +448,23 @@ def test_a_huge_request_id_is_logged_cut(tree):
         assert all(isinstance(shown, str) and len(shown) <= 121 for shown in event["requestIds"] + event["answersTo"])
     assert unreadable[0]["requestIds"] == ["I" * 120 + "…"]
     assert max(map(len, client.stderr_lines)) < 4096
+
+
+def test_a_library_message_that_formats_values_into_its_text_keeps_its_first_line_only(logged_to):
+    # asyncio writes "Task exception was never retrieved" and then, on further lines, the task's repr, which
+    # quotes the exception's message; no stdlib template is formatted with our arguments, but this one is prebuilt.
+    async def fails() -> None:
+        raise ValueError(S("asyncio"))
+
+    async def main() -> None:
+        asyncio.get_running_loop().create_task(fails())
+        await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    gc.collect()
+    (line,) = logged_to.getvalue().splitlines()
+    logged = json.loads(line)
+    assert (logged["logger"], logged["event"], logged["errorType"]) == (
+        "asyncio", "Task exception was never retrieved", "ValueError"
+    )
+    assert "SNTL" not in line
