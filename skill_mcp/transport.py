@@ -192,6 +192,8 @@ class _LineWriter:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (pending bytes awaited, future); under _lock
         self._broken: asyncio.Future[None] = self._loop.create_future()
         threading.Thread(target=self._write, name="skill-mcp stdout", daemon=True).start()
+        if _reader_may_leave(fd):
+            threading.Thread(target=self._watch_reader, name="skill-mcp stdout reader", daemon=True).start()
 
     async def write(self, text: str) -> None:
         data = text.encode()
@@ -217,6 +219,19 @@ class _LineWriter:
 
     async def fail_when_broken(self) -> None:
         await asyncio.shield(self._broken)
+
+    def _watch_reader(self) -> None:
+        # The client closing its end of stdout is its leaving, seen here at once: at the next write (which an idle
+        # session, its stdin still open, never makes) it would come too late for §5.1's 5 s.
+        gone = select.poll()
+        gone.register(self._fd, 0)  # POLLERR and POLLHUP are always reported, and nothing else is asked
+        try:
+            events = gone.poll()
+        except OSError:
+            return
+        if any(happened & (select.POLLERR | select.POLLHUP) for _, happened in events):
+            with contextlib.suppress(RuntimeError):  # the event loop has closed: the server is gone
+                self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(errno.EPIPE, "stdout closed"))
 
     def _write(self) -> None:
         try:
@@ -244,6 +259,16 @@ class _LineWriter:
                 get_logger().warning("stdout.failed", errorType=type(error).__name__, errno=code)
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(errno.EPIPE, "stdout failed"))
+
+
+def _reader_may_leave(fd: int) -> bool:
+    """Whether `fd` tells, unwritten, that no one reads it any more: a pipe with no reader left (POLLERR) or a
+    socket whose peer has gone (POLLHUP) does."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
