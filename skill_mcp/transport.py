@@ -102,18 +102,38 @@ def _stderr_output() -> int:
 
 class _WaitingReads(io.RawIOBase):
     """Reads of `fd` that wait for data: a stdin inherited in non-blocking mode (EAGAIN) is not taken for its end,
-    and its mode, which the client's process may share, is left as it is."""
+    and its mode, which the client's process may share, is left as it is. Line ends come as "\n": "\r\n" and a
+    lone "\r" are one, as universal newlines read them, but a "\r" last in what was read ends its line at once. The
+    text layer would hold it until the next byte told whether a "\n" follows, and a client that ends its lines
+    with "\r" and waits for each answer would wait forever."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
+        self._after_cr = False  # the last byte read was "\r": a "\n" first in the next read is that line's end
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         while True:
+            data = self._read(len(buffer))
+            if self._after_cr and data.startswith(b"\n"):
+                data = data[1:]
+                self._after_cr = False
+                if not data:
+                    continue
+            if b"\r" in data:
+                self._after_cr = data.endswith(b"\r")
+                data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            elif data:
+                self._after_cr = False
+            buffer[: len(data)] = data
+            return len(data)
+
+    def _read(self, size: int) -> bytes:
+        while True:
             try:
-                return os.readv(self._fd, [buffer])
+                return os.read(self._fd, size)
             except BlockingIOError:
                 readable = select.poll()
                 readable.register(self._fd, select.POLLIN)

@@ -165,3 +165,25 @@ def _gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+# A lone "\r" ends a line, as the SDK's own reader has it; but that reader waits for the next byte before it takes
+# "\r" for a line's end (it might be half of "\r\n"), so a client that ends its lines so and waits for each answer
+# waited forever. A "\n" that comes later, after the "\r", still completes the same line ending: no empty line.
+def test_a_line_ended_by_a_lone_cr_is_answered_before_the_next_byte_comes(root) -> None:
+    write_skill(root, "alpha")
+    client = RawClient(clean_environ(SKILLS_DIR=str(root)))
+    try:
+        handshake(client, end=b"\r")
+        client.write(wire({"jsonrpc": "2.0", "id": 1, "method": "ping"}, b"\r"))
+        assert client.answer_to(1)["result"] == {}
+        client.write(b"\n" + wire({"jsonrpc": "2.0", "id": 2, "method": "ping"}, b"\r\n"))  # that "\r"'s "\n"
+        assert client.answer_to(2)["result"] == {}
+        client.write(wire({"jsonrpc": "2.0", "id": 3, "method": "ping"}, b"\r\r\n\n"))
+        assert client.answer_to(3)["result"] == {}
+        client.process.stdin.close()
+        assert_clean_exit(client)
+        unreadable = [event for event in client.events() if event["event"] == "message.unreadable"]
+        assert len(unreadable) == 2, unreadable  # "\r\r\n\n" is three line ends: two empty lines, as before
+    finally:
+        client.kill()
