@@ -30,6 +30,9 @@ from .unreadable import LINE_CUT
 
 WRITE_AHEAD_BYTES = 4 * 1024 * 1024  # answers queued for a client that is slow to read, before the server waits
 STDOUT_PIPE_BYTES = 1024 * 1024  # a 1 MiB answer crosses a pipe this wide in one wake-up of the client, not 16
+# A widened pipe is narrowed back once the client has read what did not fit (F_SETPIPE_SZ refuses before: EBUSY),
+# tried this long after the writer fell idle, then at twice the wait, up to a second.
+NARROW_FIRST_SECONDS, NARROW_MAX_SECONDS = 0.01, 1.0
 _END = object()
 
 
@@ -45,7 +48,6 @@ async def stdio_transport(
     from mcp.server.stdio import stdio_server
 
     with _claimed(wire_in, _null_input) as reading, _claimed(wire_out, _stderr_output) as writing:
-        _widen_pipe(writing)
         writer = _LineWriter(writing)
         async with anyio.create_task_group() as group:
             group.start_soon(writer.fail_when_broken)
@@ -65,12 +67,20 @@ def reports_hangup(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
-def _widen_pipe(fd: int) -> None:
-    """Widens the pipe `fd` writes to STDOUT_PIPE_BYTES where Linux allows it (never narrows it); anything else,
-    or a refusal (the user's pipe quota, another system), leaves it as it was."""
-    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no F_SETPIPE_SZ outside Linux
-        if stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < STDOUT_PIPE_BYTES:
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, STDOUT_PIPE_BYTES)
+def _pipe_size(fd: int) -> int | None:
+    """The size of the pipe `fd` writes to, when it is one Linux may widen; None otherwise."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no F_GETPIPE_SZ outside Linux
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
+    return None
+
+
+def _resized_pipe(fd: int, size: int) -> int | None:
+    """The pipe's size once set to `size` (rounded up by Linux), or None where it is refused: the user's pipe
+    quota or pipe-max-size when widening, the bytes still unread when narrowing (EBUSY)."""
+    with contextlib.suppress(OSError, AttributeError):
+        return int(fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size))
+    return None
 
 
 @contextlib.contextmanager
@@ -211,6 +221,11 @@ class _LineWriter:
         self._lock = threading.Lock()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # (pending bytes awaited, future); under _lock
         self._broken: asyncio.Future[None] = self._loop.create_future()
+        # The client's pipe is widened for an answer longer than it only (at most to STDOUT_PIPE_BYTES), and
+        # narrowed back after: its pages count against the user's pipe quota (pipe-user-pages-soft, 64 MiB), past
+        # which every new pipe of that user, the client's and its other programs' included, gets 8 KiB. Widened
+        # for good, 64 idle servers would spend it all.
+        self._narrow_size = self._size = _pipe_size(fd)
         threading.Thread(target=self._write, name="skill-mcp stdout", daemon=True).start()
         if _reader_may_leave(fd):
             threading.Thread(target=self._watch_reader, name="skill-mcp stdout reader", daemon=True).start()
@@ -253,11 +268,33 @@ class _LineWriter:
             with contextlib.suppress(RuntimeError):  # the event loop has closed: the server is gone
                 self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(errno.EPIPE, "stdout closed"))
 
+    def _next_chunk(self) -> bytes:
+        wait = NARROW_FIRST_SECONDS
+        while self._size is not None and self._narrow_size is not None and self._size > self._narrow_size:
+            try:
+                return self._chunks.get(timeout=wait)
+            except queue.Empty:
+                if _resized_pipe(self._fd, self._narrow_size) is not None:
+                    self._size = self._narrow_size
+                wait = min(2 * wait, NARROW_MAX_SECONDS)
+        return self._chunks.get()
+
+    def _widen_for(self, size: int) -> None:
+        wanted = min(size, STDOUT_PIPE_BYTES)
+        if self._size is None or self._size >= wanted:
+            return
+        if self._size == self._narrow_size:  # as the client left it, which it may have resized since: asked again
+            self._narrow_size = self._size = _pipe_size(self._fd) or self._size
+            if self._size >= wanted:
+                return
+        self._size = _resized_pipe(self._fd, wanted) or self._size
+
     def _write(self) -> None:
         try:
             while True:
-                data = memoryview(self._chunks.get())
+                data = memoryview(self._next_chunk())
                 size = len(data)
+                self._widen_for(size)
                 while data:
                     try:
                         data = data[os.write(self._fd, data) :]

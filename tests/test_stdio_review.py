@@ -3,6 +3,7 @@ with its ends of stdin and stdout, and how its lines end."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -185,5 +186,30 @@ def test_a_line_ended_by_a_lone_cr_is_answered_before_the_next_byte_comes(root) 
         assert_clean_exit(client)
         unreadable = [event for event in client.events() if event["event"] == "message.unreadable"]
         assert len(unreadable) == 2, unreadable  # "\r\r\n\n" is three line ends: two empty lines, as before
+    finally:
+        client.kill()
+
+
+# The pages of a widened pipe count against its creator's pipe quota (pipe-user-pages-soft, 64 MiB by default),
+# past which each new pipe of that user gets 8 KiB: widened for good at boot, 64 idle servers spent it all.
+def test_the_clients_stdout_pipe_is_as_wide_as_it_made_it_but_while_a_large_answer_crosses(root) -> None:
+    write_skill(root, "alpha", files={"big.txt": "x" * 700_000})
+    client = RawClient(clean_environ(SKILLS_DIR=str(root)))
+    answers = client.process.stdout.fileno()
+    made = fcntl.fcntl(answers, fcntl.F_GETPIPE_SZ)
+    try:
+        handshake(client)
+        client.write(wire({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "skill_list"}}))
+        client.answer_to(1)
+        assert fcntl.fcntl(answers, fcntl.F_GETPIPE_SZ) == made
+        read = {"name": "skill_file", "arguments": {"name": "alpha", "paths": ["big.txt"]}}
+        client.write(wire({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": read}))
+        assert len(client.answer_to(2)["result"]["content"][0]["text"]) > 700_000
+        deadline = time.monotonic() + 3
+        while fcntl.fcntl(answers, fcntl.F_GETPIPE_SZ) != made:
+            assert time.monotonic() < deadline, "the pipe stayed widened after its answer was read"
+            time.sleep(0.02)
+        client.process.stdin.close()
+        assert_clean_exit(client)
     finally:
         client.kill()

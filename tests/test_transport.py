@@ -203,14 +203,37 @@ def test_stdin_and_stdout_read_null_and_write_to_stderr_while_serving_and_come_b
     assert finished.stderr == b"stray\n"
 
 
-async def test_a_stdout_pipe_is_widened_so_a_large_answer_crosses_in_one_write() -> None:
+async def test_a_stdout_pipe_is_widened_for_a_large_answer_only_and_narrowed_back_once_it_is_read() -> None:
+    # Its pages count against the user's pipe quota, which 64 servers widened for good would spend.
     wire_in, client_out = os.pipe()
     client_in, wire_out = os.pipe()
-    assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) < STDOUT_PIPE_BYTES
+    narrow = fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ)
+    assert narrow < STDOUT_PIPE_BYTES
     async with stdio_transport(wire_in, wire_out) as (_, write_stream):
+        await write_stream.send(answer(1))
+        assert os.read(client_in, narrow).count(b"\n") == 1
+        assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) == narrow
+        await write_stream.send(answer(2, "x" * (STDOUT_PIPE_BYTES // 2)))
+        line = len(answer(2, "x" * (STDOUT_PIPE_BYTES // 2)).message.model_dump_json(by_alias=True, exclude_unset=True)) + 1
+        deadline = time.monotonic() + 5
+        while unread(client_in) < line:  # the whole answer in the pipe, written at once: it was widened
+            assert time.monotonic() < deadline, unread(client_in)
+            await anyio.sleep(0.01)
         assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) == STDOUT_PIPE_BYTES
+        received = b""
+        while len(received) < line:
+            received += os.read(client_in, 1 << 20)
+        while fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) != narrow:
+            assert time.monotonic() < deadline, "never narrowed back"
+            await anyio.sleep(0.01)
         await write_stream.aclose()
         os.close(client_out)
+
+
+def unread(fd: int) -> int:
+    import termios
+
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4), sys.byteorder)
 
 
 async def test_a_stdout_pipe_already_wider_is_left_as_wide() -> None:
