@@ -319,13 +319,13 @@ class _LineWriter:
 
 
 def _reader_may_leave(fd: int) -> bool:
-    """Whether `fd` tells, unwritten, that no one reads it any more: a pipe with no reader left (POLLERR) or a
-    socket whose peer has gone (POLLHUP) does."""
+    """Whether `fd` tells, unwritten, that no one reads it any more: a pipe with no reader left (POLLERR), a
+    socket whose peer has gone or a terminal hung up (a pty whose other side closed) (POLLHUP) does."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

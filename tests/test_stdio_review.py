@@ -6,12 +6,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pty
 import select
 import socket
 import subprocess
 import sys
 import threading
 import time
+import tty
 from typing import Any
 
 from support import write_skill
@@ -213,3 +215,18 @@ def test_the_clients_stdout_pipe_is_as_wide_as_it_made_it_but_while_a_large_answ
         assert_clean_exit(client)
     finally:
         client.kill()
+
+
+def test_a_terminal_stdout_whose_other_side_closes_is_the_client_gone_within_5_s(root) -> None:
+    write_skill(root, "alpha")
+    terminal, server_side = pty.openpty()
+    tty.setraw(server_side)
+    client = RawClient(clean_environ(SKILLS_DIR=str(root)), stdout=server_side)
+    os.close(server_side)
+    try:
+        handshake(client, terminal)
+        os.close(terminal)  # stdin, a pipe, stays open
+        assert_clean_exit(client)
+    finally:
+        client.kill()
+        client.process.stdin.close()
