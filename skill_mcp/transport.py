@@ -58,8 +58,9 @@ async def stdio_transport(
 
 
 def reports_hangup(fd: int) -> bool:
-    """Whether `fd` tells of its writer's close before what was written is read: a pipe, a socket or a terminal
-    (a pty's hangup) does; a file or /dev/null does not (its end is known only once read)."""
+    """Whether `fd` tells of the client's close at once, by `poll`: as stdin before what was written is read, as
+    stdout with nothing written. A pipe, a socket or a terminal (a pty's hangup) does; a file or /dev/null does not
+    (its end is known only once read)."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
@@ -227,7 +228,7 @@ class _LineWriter:
         # for good, 64 idle servers would spend it all.
         self._narrow_size = self._size = _pipe_size(fd)
         threading.Thread(target=self._write, name="skill-mcp stdout", daemon=True).start()
-        if _reader_may_leave(fd):
+        if reports_hangup(fd):  # a pipe with no reader left (POLLERR), a socket or terminal hung up (POLLHUP)
             threading.Thread(target=self._watch_reader, name="skill-mcp stdout reader", daemon=True).start()
 
     async def write(self, text: str) -> None:
@@ -316,16 +317,6 @@ class _LineWriter:
                 get_logger().warning("stdout.failed", errorType=type(error).__name__, errno=code)
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(errno.EPIPE, "stdout failed"))
-
-
-def _reader_may_leave(fd: int) -> bool:
-    """Whether `fd` tells, unwritten, that no one reads it any more: a pipe with no reader left (POLLERR), a
-    socket whose peer has gone or a terminal hung up (a pty whose other side closed) (POLLHUP) does."""
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
