@@ -199,13 +199,7 @@ class _LineReader:
 
     def _watch_hangup(self) -> None:
         # A pipe reports the client's close at once, lines still unread; a pty its hangup; a socket's, asked (POLLRDHUP).
-        hangup = select.poll()
-        hangup.register(self._fd, select.POLLRDHUP)
-        try:
-            events = hangup.poll()
-        except OSError:
-            return
-        if any(happened & (select.POLLHUP | select.POLLRDHUP) for _, happened in events):
+        if _hung_up(self._fd, asked=select.POLLRDHUP, seen=select.POLLHUP | select.POLLRDHUP):
             with contextlib.suppress(RuntimeError):  # the event loop has closed: the server is gone
                 self._loop.call_soon_threadsafe(self._on_hangup)
 
@@ -258,14 +252,9 @@ class _LineWriter:
 
     def _watch_reader(self) -> None:
         # The client closing its end of stdout is its leaving, seen here at once: at the next write (which an idle
-        # session, its stdin still open, never makes) it would come too late for §5.1's 5 s.
-        gone = select.poll()
-        gone.register(self._fd, 0)  # POLLERR and POLLHUP are always reported, and nothing else is asked
-        try:
-            events = gone.poll()
-        except OSError:
-            return
-        if any(happened & (select.POLLERR | select.POLLHUP) for _, happened in events):
+        # session, its stdin still open, never makes) it would come too late for §5.1's 5 s. Nothing is asked:
+        # POLLERR (a pipe's reader gone) and POLLHUP (a socket's or terminal's) are always reported.
+        if _hung_up(self._fd, asked=0, seen=select.POLLERR | select.POLLHUP):
             with contextlib.suppress(RuntimeError):  # the event loop has closed: the server is gone
                 self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(errno.EPIPE, "stdout closed"))
 
@@ -317,6 +306,17 @@ class _LineWriter:
                 get_logger().warning("stdout.failed", errorType=type(error).__name__, errno=code)
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(_settle, self._broken, BrokenPipeError(errno.EPIPE, "stdout failed"))
+
+
+def _hung_up(fd: int, asked: int, seen: int) -> bool:
+    """Waits until `poll` reports one of `seen` on `fd`, `asked` registered; False if polling fails."""
+    watch = select.poll()
+    watch.register(fd, asked)
+    try:
+        events = watch.poll()
+    except OSError:
+        return False
+    return any(happened & seen for _, happened in events)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

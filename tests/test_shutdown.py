@@ -318,28 +318,35 @@ def test_a_flood_of_refusals_the_client_never_reads_holds_the_servers_memory(tmp
     assert peak < 150 * 1024 * 1024 and peak - early < 10 * 1024 * 1024, (early, peak)
 
 
-def test_a_batch_of_50000_requests_is_refused_one_by_one_in_bounded_memory(tmp_path) -> None:
-    # Each request of a batch is refused by its own id, one after another: one task per id took 1 GB for 100,000.
-    # Much of what is left is the SDK's own validation of the 2.5 MB line, before any of it reaches skill-mcp.
-    write_skill(tmp_path / "skills", "alpha")
-    batch = json.dumps([{"jsonrpc": "2.0", "id": index, "method": "ping"} for index in range(50_000)]).encode()
-    assert len(batch) < MAX_MESSAGE_CHARS
+def answers_and_peak(skills: Any, lines: bytes, answers: int, **environ: str) -> tuple[list[dict], int]:
+    """A server on `skills` given `lines`: the `answers` that follow initialize's, read while stdin is still open,
+    and its peak memory then; it must then exit 0 at the end of input."""
     process = subprocess.Popen(
         [sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env=clean_environ(SKILLS_DIR=str(tmp_path / "skills")),
+        env=clean_environ(SKILLS_DIR=str(skills), **environ),
     )  # fmt: skip
     try:
-        with fails_after(60):
-            process.stdin.write(handshake_lines(0) + batch + b"\n")
-            process.stdin.flush()
-            process.stdout.readline()  # initialize's answer
-            refused = [json.loads(process.stdout.readline()) for _ in range(50_000)]  # stdin still open: all written
+        process.stdin.write(lines)
+        process.stdin.flush()
+        process.stdout.readline()  # initialize's answer
+        read = [json.loads(process.stdout.readline()) for _ in range(answers)]
         peak = peak_memory(process.pid)
         process.stdin.close()
         assert process.wait(timeout=EXIT_SECONDS + 5) == 0
     finally:
         process.kill()
         process.stdout.close()
+    return read, peak
+
+
+def test_a_batch_of_50000_requests_is_refused_one_by_one_in_bounded_memory(tmp_path) -> None:
+    # Each request of a batch is refused by its own id, one after another: one task per id took 1 GB for 100,000.
+    # Much of what is left is the SDK's own validation of the 2.5 MB line, before any of it reaches skill-mcp.
+    write_skill(tmp_path / "skills", "alpha")
+    batch = json.dumps([{"jsonrpc": "2.0", "id": index, "method": "ping"} for index in range(50_000)]).encode()
+    assert len(batch) < MAX_MESSAGE_CHARS
+    with fails_after(60):
+        refused, peak = answers_and_peak(tmp_path / "skills", handshake_lines(0) + batch + b"\n", 50_000)
     assert [answer["id"] for answer in refused] == list(range(50_000))
     assert {answer["error"]["code"] for answer in refused} == {-32600}
     assert peak < 400 * 1024 * 1024, peak
@@ -557,20 +564,8 @@ def test_the_skill_load_answers_kept_rendered_are_bounded_in_memory(tmp_path) ->
          "params": {"name": "skill_load", "arguments": {"name": f"s{index:03d}"}}}
         for index in range(100)
     ]  # fmt: skip
-    process = subprocess.Popen(
-        [sys.executable, "-m", "skill_mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env=clean_environ(SKILLS_DIR=str(tmp_path / "skills"), MCP_MAX_SKILLS="100"),
-    )  # fmt: skip
-    try:
-        process.stdin.write(handshake_lines(0) + "".join(json.dumps(load) + "\n" for load in loads).encode())
-        process.stdin.flush()
-        answers = [json.loads(process.stdout.readline()) for _ in range(101)][1:]  # after initialize's
-        peak = peak_memory(process.pid)
-        process.stdin.close()
-        assert process.wait(timeout=EXIT_SECONDS + 5) == 0
-    finally:
-        process.kill()
-        process.stdout.close()
+    lines = handshake_lines(0) + "".join(json.dumps(load) + "\n" for load in loads).encode()
+    answers, peak = answers_and_peak(tmp_path / "skills", lines, 100, MCP_MAX_SKILLS="100")
     assert [json.loads(answer["result"]["content"][0]["text"])["name"] for answer in answers] == [
         f"s{index:03d}" for index in range(100)
     ]

@@ -1,4 +1,4 @@
-"""The stdio review's attacks on the real server over real pipes, sockets and ptys (SPEC §5.1): what a client does
+"""The real server over real pipes, sockets and ptys (SPEC §5.1): what a client does
 with its ends of stdin and stdout, and how its lines end."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import tty
 from typing import Any
 
 from support import write_skill
+from test_shutdown import SLOW_SKILL
 from wire import EXIT_SECONDS, clean_environ
 
 MODULE = (sys.executable, "-m", "skill_mcp")
@@ -25,15 +26,6 @@ INITIALIZE = {
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
 }  # fmt: skip
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-SLOW_SKILL = """\
-name: slow
-description: Sleeps.
-mcp-host:
-  version: 1
-  run:
-    - script: slow.py
-      interpreter: python3
-"""
 
 
 def wire(message: dict[str, Any], end: bytes = b"\n") -> bytes:
