@@ -1,12 +1,10 @@
-"""The preview stage of `skill_run` (SPEC §9.1 steps 2-7, §9.2, §9.3, §9.6): deployment and call in, a `Draft` or a
-`Refused` out, and the argv and environment a run is given. The only file it touches is the script, resolved
-inside its skill and hashed."""
+"""The preview stage of `skill_run` (SPEC §9.1 steps 2-7, §9.2): deployment and call in, a `Draft` or a
+`Refused` out. The only file it touches is the script, resolved inside its skill and hashed."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,17 +12,11 @@ from . import confirm
 from .deployment import Deployment
 from .files import FileTooLarge, sha256_fd
 from .grants import not_granted_advice
-from .limits import (
-    AMBIENT_SCRIPT_ALLOWLIST,
-    INTERPRETERS,
-    MAX_ARG_BYTES,
-    MAX_ARGS,
-    MAX_SCRIPT_BYTES,
-    RESERVED_SCRIPT_ENV,
-)
+from .limits import MAX_ARG_BYTES, MAX_ARGS, MAX_SCRIPT_BYTES
 from .model import RunEntry, Skill
 from .paths import PathRefused, SkillDir, is_missing
 from .results import ToolFailure, read_error_text
+from .runner import script_environment
 from .text import encodes_as_utf8, quoted_path
 from .tools import find_skill
 
@@ -185,19 +177,3 @@ def _will_run(
             "variables explicitly."
         )
     return will_run
-
-
-def build_argv(interpreter: str, interpreter_path: str, real_script: str, args: Sequence[str]) -> list[str]:
-    """No shell: the script and each argument are argv entries, verbatim."""
-    if interpreter not in INTERPRETERS:
-        raise ValueError(f"interpreter {interpreter!r} is not in the closed set")
-    # No bytecode writes, no PYTHON* variables, no user site.
-    flags = ["-B", "-E", "-s"] if interpreter == "python3" else []
-    return [interpreter_path, *flags, real_script, *args]
-
-
-def script_environment(environ: Mapping[str, str], effective_env: Sequence[str]) -> dict[str, str]:
-    """Ambient allowlist, MCP_DATA_DIR, then the effective names minus reserved ones; raw, by presence."""
-    declared = (name for name in effective_env if name not in RESERVED_SCRIPT_ENV)
-    wanted = dict.fromkeys([*AMBIENT_SCRIPT_ALLOWLIST, "MCP_DATA_DIR", *declared])
-    return {name: environ[name] for name in wanted if name in environ}

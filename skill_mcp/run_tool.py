@@ -22,10 +22,10 @@ from . import confirm
 from .deployment import Deployment
 from .hardening import ChildLimits
 from .logs import get_logger
-from .preview import Draft, Refused, arg_bytes, build_argv, build_draft, script_environment
+from .preview import Draft, Refused, arg_bytes, build_draft
 from .reaper import kill_for_exit, kill_process_group, wait_leader_reaped
 from .results import failure_result, minified, text_result
-from .runner import RunOutcome, SpawnFailed, network_note, run_process
+from .runner import RunOutcome, SpawnFailed, build_argv, network_note, run_process, script_environment
 from .schemas import schema_violation
 from .text import cut, json_for_people, quoted_path
 

@@ -1,5 +1,5 @@
-"""The execution fence (SPEC §9.4–§9.5): spawn, timeouts, output caps and drain; preview.py builds the argv and
-the environment it is given, reaper.py kills what a script leaves running."""
+"""The execution fence (SPEC §9.3–§9.6): argv, the script's environment, spawn, timeouts, output caps and drain;
+reaper.py kills what a script leaves running."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from skill_mcp.hardening import ChildLimits, harden_child
-from skill_mcp.limits import MAX_OUTPUT_BYTES
+from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST, INTERPRETERS, MAX_OUTPUT_BYTES, RESERVED_SCRIPT_ENV
 from skill_mcp.reaper import kill_process_group, mark_leader_reaped, reap_adopted_as_they_die, track_leader
 from skill_mcp.text import os_error_text
 
@@ -29,6 +29,22 @@ NETWORK_NOTE = (
     "from a proxy or as a timeout or refused connection, which looks the same from inside the script. "
     "If this failure looks like a network failure, the fix is the deployment's egress policy, not the script."
 )
+
+
+def build_argv(interpreter: str, interpreter_path: str, real_script: str, args: Sequence[str]) -> list[str]:
+    """No shell: the script and each argument are argv entries, verbatim."""
+    if interpreter not in INTERPRETERS:
+        raise ValueError(f"interpreter {interpreter!r} is not in the closed set")
+    # No bytecode writes, no PYTHON* variables, no user site.
+    flags = ["-B", "-E", "-s"] if interpreter == "python3" else []
+    return [interpreter_path, *flags, real_script, *args]
+
+
+def script_environment(environ: Mapping[str, str], effective_env: Sequence[str]) -> dict[str, str]:
+    """Ambient allowlist, MCP_DATA_DIR, then the effective names minus reserved ones; raw, by presence."""
+    declared = (name for name in effective_env if name not in RESERVED_SCRIPT_ENV)
+    wanted = dict.fromkeys([*AMBIENT_SCRIPT_ALLOWLIST, "MCP_DATA_DIR", *declared])
+    return {name: environ[name] for name in wanted if name in environ}
 
 
 @dataclass

@@ -18,9 +18,16 @@ from support import fails_after, kill_quietly, process_gone
 from skill_mcp import runner
 from skill_mcp.hardening import ChildLimits
 from skill_mcp.limits import MAX_OUTPUT_BYTES
-from skill_mcp.preview import build_argv, script_environment
 from skill_mcp.reaper import kill_process_group
-from skill_mcp.runner import NETWORK_NOTE, RunOutcome, SpawnFailed, network_note, run_process
+from skill_mcp.runner import (
+    NETWORK_NOTE,
+    RunOutcome,
+    SpawnFailed,
+    build_argv,
+    network_note,
+    run_process,
+    script_environment,
+)
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 # The pyenv python3 first on PATH is unusable for other uids; the system one stands in for a deployment's.
