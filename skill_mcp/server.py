@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from . import skills_ext, surfaces
 from .deployment import Deployment
+from .limits import MAX_SKILLS_DEFAULT
 from .logs import get_logger
 from .results import ToolFailure, failure_result, minified, text_result
 from .schemas import TOOLS, TOOLS_BY_NAME, params_violation, schema_violation, sdk_params_violation
@@ -33,7 +34,9 @@ from .version import VERSION
 
 _SDK_BARE_INVALID_PARAMS = "Invalid request parameters"
 EXTENSION_WORKERS = 4  # Skills-extension answers computed at once (each may hash 16 MiB per skill)
-RENDERED_ANSWERS_KEPT = 32  # skill_list and skill_load answers kept rendered
+# skill_list's answer and skill_load's kept rendered: all of a default deployment's (an LRU one short would miss
+# on every call of a client that loads them in turn)
+RENDERED_ANSWERS_KEPT = MAX_SKILLS_DEFAULT + 1
 RESOURCE_PAGES_KEPT = 32  # resources/list pages kept built: 16,000 resources, about 8 MiB
 BEFORE_THE_SESSION = (
     "the session has not begun: send initialize, then notifications/initialized, before any other request "
