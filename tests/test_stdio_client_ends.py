@@ -16,7 +16,7 @@ import time
 import tty
 from typing import Any
 
-from support import write_skill
+from support import process_gone, write_skill
 from test_shutdown import SLOW_SKILL
 from wire import EXIT_SECONDS, clean_environ
 
@@ -148,18 +148,10 @@ def test_a_client_that_closes_stdout_during_a_run_has_the_run_killed_and_the_ser
         assert [event["event"] for event in client.events() if event["event"] in ("run.start", "run.end")] == [
             "run.start", "run.end",
         ]  # fmt: skip
-        assert _gone(int(pid_file.read_text()))
+        assert process_gone(int(pid_file.read_text()))
     finally:
         client.kill()
         client.process.stdin.close()
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 # A lone "\r" ends a line, as the SDK's own reader has it; but that reader waits for the next byte before it takes
