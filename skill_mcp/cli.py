@@ -141,8 +141,15 @@ def _roots_given_to_serve(args: list[str]) -> list[str]:
     return [arg for arg in given if os.path.isdir(arg)]
 
 
-def _exit_on_signals() -> None:
-    for each in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+def _signals_ending_the_server() -> tuple[signal.Signals, ...]:
+    # A signal the parent left ignored stays ignored, by convention: `nohup` for SIGHUP, a shell's background
+    # job for SIGINT.
+    ending = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    return tuple(each for each in ending if signal.getsignal(each) is not signal.SIG_IGN)
+
+
+def _exit_on_signals(signals: tuple[signal.Signals, ...]) -> None:
+    for each in signals:
         signal.signal(each, lambda *_: os._exit(EXIT_OK))
 
 
@@ -150,7 +157,8 @@ def serve() -> int:
     # Until the stdio loop listens for signals (boot takes ~0.2 s), and again once it has stopped (the log lines
     # still draining to a slow stderr), a signal ends the process at once and cleanly: Python's defaults would
     # leave a traceback (SIGINT) or a signal exit status.
-    _exit_on_signals()
+    ending_signals = _signals_ending_the_server()
+    _exit_on_signals(ending_signals)
     # What start-up imports lives as long as the process, so it is imported with no collection, then frozen, and
     # its dataclasses' methods compile at first call (startup.py: frozen-gc, deferred-methods); discovery, after
     # it, leaves garbage to collect.
@@ -201,8 +209,8 @@ def serve() -> int:
         log_ready(log, deployment)
         reap_adopted_as_they_die()  # as PID 1 too, before any run: an operator's job is collected when it ends
 
-    anyio.run(serve_stdio, server, on_shutdown, runs.note_input_end, on_listening)
-    _exit_on_signals()
+    anyio.run(serve_stdio, server, ending_signals, on_shutdown, runs.note_input_end, on_listening)
+    _exit_on_signals(ending_signals)
     return EXIT_OK
 
 

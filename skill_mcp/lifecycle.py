@@ -39,12 +39,13 @@ STDERR_DRAIN_SECONDS = 0.1  # for the log lines not yet written, shutdown's amon
 
 async def serve_stdio(
     server: Server[Any],
+    ending_signals: Iterable[signal.Signals],
     on_shutdown: Callable[[str], None],
     on_input_end: Callable[[], None],
     on_listening: Callable[[], None],
 ) -> None:
-    """Serve until stdin closes, the client leaves or a signal arrives, then shut down with exit status 0 within
-    §5.1's 5 s. `on_listening` runs once signals are handled here; `on_input_end` runs when the last message has
+    """Serve until stdin closes, the client leaves or one of `ending_signals` arrives, then shut down with exit
+    status 0 within §5.1's 5 s. `on_listening` runs once signals are handled here; `on_input_end` runs when the last message has
     been read, before the requests read are answered (_Unanswered) and the SDK cancels the calls still in flight;
     `on_shutdown(reason)` runs once, at the end."""
     shutdown = _Shutdown(on_shutdown)
@@ -57,7 +58,7 @@ async def serve_stdio(
     async with anyio.create_task_group() as group:
 
         async def watch_signals(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            with anyio.open_signal_receiver(*ending_signals) as signals:
                 task_status.started()
                 async for _ in signals:
                     deadline.exit_now("signal")  # stdin is read by a thread blocked in read(): exit, not cancel

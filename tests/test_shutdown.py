@@ -396,6 +396,31 @@ def test_a_signal_during_boot_exits_zero_without_a_traceback(tmp_path, signum) -
     assert "boot" not in events  # it came during boot, and ended it
 
 
+IGNORING_LAUNCHERS = {
+    signal.SIGHUP: ["nohup"],
+    # a non-interactive shell's background job: `skill-mcp &`
+    signal.SIGINT: [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                    "os.execv(sys.argv[1], sys.argv[1:])"],
+}
+
+
+@pytest.mark.parametrize("signum", list(IGNORING_LAUNCHERS), ids=lambda each: each.name)
+def test_a_signal_the_parent_ignored_stays_ignored_during_boot_and_serving(signum) -> None:
+    server = LineClient([*IGNORING_LAUNCHERS[signum], sys.executable, "-m", "skill_mcp"], clean_environ())
+    deadline = time.monotonic() + 10
+    while not in_signal_mask(server.process.pid, "SigCgt", signal.SIGTERM):  # in `serve`, booting
+        assert time.monotonic() < deadline and server.process.poll() is None, "the server never started"
+        time.sleep(0.001)
+    server.process.send_signal(signum)
+    legacy_handshake(server)
+    server.process.send_signal(signum)
+    assert "result" in server.request("tools/list", {})
+    assert in_signal_mask(server.process.pid, "SigIgn", signum)
+    server.process.send_signal(signal.SIGTERM)  # what still ends it
+    assert server.wait() == 0
+    assert [event["reason"] for event in server.log_events() if event["event"] == "shutdown"] == ["signal"]
+
+
 def test_request_ids_follow_the_sdks_rules() -> None:
     # "7" and 7 are one id to the SDK, true is none, and two requests may share an id: each needs its answer.
     unanswered = _Unanswered()
