@@ -125,7 +125,7 @@ def test_legacy_session_logs_and_clean_exit_on_eof(tree, launcher):
 def test_garbage_lines_do_not_stop_the_server(tree):
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         legacy_handshake(client)
-        for garbage in [b"garbage", b"{not json", b"[]", b'{"jsonrpc":"2.0"}', b"", b"\xff\xfe\x00"]:
+        for garbage in [b"garbage", b"{not json", b"[]", b'{"jsonrpc":"2.0"}', b"\xff\xfe\x00"]:
             client.send_line(garbage)
         assert client.request("ping") == {"jsonrpc": "2.0", "id": 2, "result": {}}
         loaded = tool_payload(client.request("tools/call", {"name": "skill_load", "arguments": {"name": "alpha"}}))
@@ -135,6 +135,20 @@ def test_garbage_lines_do_not_stop_the_server(tree):
         assert client.request("ping")["result"] == {}
         client.close_stdin()
         assert client.wait() == 0
+    assert_stdout_is_only_json_rpc(client)
+
+
+def test_blank_lines_are_no_messages_and_log_nothing(tree):
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        legacy_handshake(client)
+        for blank in [b"", b"   ", b"\t \r"]:
+            client.send_line(blank)
+        client.send_line(b"\xc2\xa0")  # a no-break space is not JSON's whitespace: unreadable, as before
+        assert client.request("ping") == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        client.close_stdin()
+        assert client.wait() == 0
+    unreadable = [event for event in client.log_events() if event["event"] == "message.unreadable"]
+    assert len(unreadable) == 1 and "not JSON" in unreadable[0]["problem"]
     assert_stdout_is_only_json_rpc(client)
 
 
