@@ -11,7 +11,7 @@ RUN apt-get update \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md* LICENSE* ./
+COPY pyproject.toml constraints.txt README.md* LICENSE* ./
 COPY skill_mcp ./skill_mcp
 # The build network's CA arrives as the BuildKit secret pip_ca, mounted for this command only;
 # PIP_CERT is set only when the secret is present and non-empty, so it never lands in a layer.
@@ -19,7 +19,7 @@ COPY skill_mcp ./skill_mcp
 RUN --mount=type=secret,id=pip_ca,target=/run/secrets/pip_ca \
     python3 -m venv /app/venv \
     && if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
-    && /app/venv/bin/pip install --no-cache-dir --disable-pip-version-check /src \
+    && /app/venv/bin/pip install --no-cache-dir --disable-pip-version-check -c /src/constraints.txt /src \
     && /app/venv/bin/pip uninstall -y --disable-pip-version-check pip setuptools
 
 FROM ${BASE_IMAGE}

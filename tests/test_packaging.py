@@ -35,6 +35,27 @@ def test_runtime_dependencies_are_exactly_the_four() -> None:
     assert dependencies == ["mcp>=2.3,<3", "pydantic>=2", "ruamel.yaml", "structlog"]
 
 
+def test_every_install_takes_the_constraints_and_they_pin_what_the_server_imports() -> None:
+    pinned = {}
+    with open(os.path.join(REPO, "constraints.txt")) as handle:
+        for line in handle:
+            if line.strip() and not line.startswith("#"):
+                name, version = line.strip().split("==")
+                pinned[name.lower().replace("_", "-")] = version
+    for package in ("mcp", "mcp-types", "pydantic", "pydantic-core", "anyio", "ruamel.yaml", "structlog"):
+        assert package in pinned, f"constraints.txt does not pin {package}"
+    with open(os.path.join(REPO, "README.md")) as handle:
+        readme = handle.read()
+    with open(os.path.join(REPO, ".ci", "run")) as handle:
+        ci = handle.read()
+    with open(os.path.join(REPO, "Dockerfile")) as handle:
+        dockerfile = handle.read()
+    test_command = "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e '.[test]' && .venv/bin/pytest"
+    assert "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e . && .venv/bin/skill-mcp" in readme
+    assert test_command in readme and test_command in ci
+    assert "-c /src/constraints.txt /src" in dockerfile and "COPY pyproject.toml constraints.txt" in dockerfile
+
+
 def test_wheel_carries_the_demo_skill(tmp_path) -> None:
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), REPO],
