@@ -13,7 +13,7 @@ from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
-from .text import quoted_path
+from .text import quoted_uri
 
 EXTENSION_ID = "io.modelcontextprotocol/skills"
 
@@ -102,16 +102,16 @@ def get_skill(deployment: Deployment, uri: str) -> dict[str, Any]:
     left_out = next((skill for skill in deployment.skills if uri == resource_uri(skill.name, SKILL_MD)), None)
     if left_out is not None:  # served by the tools, but not a skill of the extension: say why
         raise BadRequest(
-            f"no skill is served at {quoted_path(uri)} in the Skills extension: {exclusion_reason(left_out)}; "
+            f"no skill is served at {quoted_uri(uri)} in the Skills extension: {exclusion_reason(left_out)}; "
             f'skill_load and the skill:// resources still serve "{left_out.name}"'
         )
-    raise BadRequest(f"no skill is served at {quoted_path(uri)}; skills/list shows the URI of every skill")
+    raise BadRequest(f"no skill is served at {quoted_uri(uri)}; skills/list shows the URI of every skill")
 
 
 def _directory(deployment: Deployment, uri: str) -> tuple[Skill, str]:
     """The skill and directory path ("" for the skill itself) that `uri` names; BadRequest otherwise."""
     refusal = BadRequest(
-        f"{quoted_path(uri)} is not a directory resource; "
+        f"{quoted_uri(uri)} is not a directory resource; "
         "use skill://<skill> or skill://<skill>/<directory> where the directory holds listed files"
     )
     if not uri.startswith("skill://"):

@@ -13,7 +13,7 @@ from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .results import ToolFailure, read_error_text
-from .text import quoted, quoted_path
+from .text import quoted, quoted_uri
 from .tools import find_skill, no_skills_message
 
 RESOURCES_PAGE = 500
@@ -138,14 +138,14 @@ RESOURCE_TEMPLATE = {
 def split_skill_uri(uri: str) -> tuple[str, str]:
     """`skill://<name>/<path>` → (name, decoded relative path); the path is decoded once, strictly."""
     if not uri.startswith("skill://"):
-        raise BadRequest(f"{quoted_path(uri)} is not a skill:// URI; use skill://<skill>/<path> as listed by resources/list")
+        raise BadRequest(f"{quoted_uri(uri)} is not a skill:// URI; use skill://<skill>/<path> as listed by resources/list")
     name, slash, encoded = uri[len("skill://") :].partition("/")
     if not name or not slash:
-        raise BadRequest(f"{quoted_path(uri)} names no file; use skill://<skill>/<path> as listed by resources/list")
+        raise BadRequest(f"{quoted_uri(uri)} names no file; use skill://<skill>/<path> as listed by resources/list")
     try:
         rel = unquote_to_bytes(encoded).decode("utf-8")
     except UnicodeError:  # bytes that are not UTF-8, or a lone surrogate that is no character at all
-        raise BadRequest(f"{quoted_path(uri)} does not decode to a UTF-8 path") from None
+        raise BadRequest(f"{quoted_uri(uri)} does not decode to a UTF-8 path") from None
     return name, rel
 
 

@@ -8,8 +8,11 @@ import re
 from .limits import MAX_PATH_CHARS
 
 _SHOWN_CHARS = 120
-# Room for any path skill_file accepts and any URI naming one, shown whole (§0: «<uri>», «"<rel>"» verbatim).
+# Room for any path skill_file accepts, shown whole (§0: «"<rel>"» verbatim).
 _SHOWN_PATH_CHARS = 4 * MAX_PATH_CHARS
+# Room for any URI naming such a path (§12.4: «<uri>» verbatim): "skill://", a name of up to 64 characters, "/", then
+# each character percent-encoded, up to 4 UTF-8 bytes of 3 characters each.
+_SHOWN_URI_CHARS = len("skill://") + 64 + 1 + 12 * MAX_PATH_CHARS
 # C1 controls and the bidirectional marks and overrides that reorder how a line is shown; C0 controls too.
 _REORDERING = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _TERMINAL_CONTROLS = re.compile(f"[\x00-\x1f{_REORDERING}]")
@@ -34,8 +37,13 @@ def cut(text: str, limit: int = _SHOWN_CHARS) -> str:
 
 
 def quoted_path(text: str) -> str:
-    """A path or URI quoted whole, when it is one the server could serve; only a longer one is cut."""
+    """A path quoted whole, when it is one the server could serve; only a longer one is cut."""
     return quoted(text, _SHOWN_PATH_CHARS)
+
+
+def quoted_uri(text: str) -> str:
+    """A `skill://` URI quoted whole, when it could name a file the server serves; only a longer one is cut."""
+    return quoted(text, _SHOWN_URI_CHARS)
 
 
 def os_error_text(error: BaseException) -> str:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skill_mcp.text import encodable, json_for_people, os_error_text, printable, quoted, quoted_path
+from skill_mcp.text import encodable, json_for_people, os_error_text, printable, quoted, quoted_path, quoted_uri
 
 REORDERING = ["\x85", "\x9b", "\x7f", "\u061c", "\u200e", "\u200f", "\u202a", "\u202e", "\u2066", "\u2069"]
 HIDING = ["\u200b", "\u200d", "\u2060", "\ufeff", "\u2028", "\u2029",
@@ -21,6 +21,13 @@ def test_quoted_cuts_past_the_limit_only():
 def test_a_path_is_quoted_whole_up_to_four_times_the_longest_usable_one():
     assert quoted_path("p" * 4096) == json.dumps("p" * 4096)
     assert quoted_path("p" * 4097).endswith('p…"')
+
+
+def test_a_uri_is_quoted_whole_up_to_the_longest_one_naming_a_usable_path():
+    # "skill://", a 64-character name, "/", 1024 characters of 4 UTF-8 bytes each, each byte "%XX"
+    longest = "skill://" + "n" * 64 + "/" + "%F0%9F%98%80" * 1024
+    assert quoted_uri(longest) == json.dumps(longest)
+    assert quoted_uri(longest + "x").endswith('0…"')
 
 
 @pytest.mark.parametrize("character", REORDERING)
