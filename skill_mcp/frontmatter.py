@@ -79,6 +79,8 @@ def _why_no_opener(text: str) -> str:
     if not text:
         return "the file is empty"
     first_line = text.split("\n", 1)[0].rstrip("\r")
+    if "\x00" in first_line:  # `---` in UTF-16, as Windows editors save "Unicode": a NUL beside each character
+        return "it is not UTF-8 text (its first line holds NUL bytes, as UTF-16 does); save it as UTF-8"
     if text.startswith("\ufeff"):
         return "it starts with a byte order mark; save it as UTF-8 without one"
     if first_line == "---":
