@@ -18,6 +18,7 @@ from typing import Any
 
 from .cli import EXIT_OK, EXIT_PROBLEMS, write_stdout
 from .deployment import Deployment, build_deployment
+from .files import read_capped_fd
 from .frontmatter import json_key
 from .limits import (
     AGENT_SKILLS_MAX_DESCRIPTION_CHARS,
@@ -30,6 +31,7 @@ from .limits import (
     is_agent_skills_name,
 )
 from .model import PathTally, Problem, Skill
+from .paths import PathRefused, SkillDir
 from .text import json_for_people, printable, quoted, quoted_path
 from .tools import skill_list
 
@@ -167,6 +169,11 @@ def check_notes(deployment: Deployment) -> list[str]:
 
 def _skill_notes(skill: Skill) -> list[str]:
     notes = []
+    if (where := _first_non_utf8(skill)) is not None:
+        notes.append(
+            f"{skill.name}: SKILL.md is not valid UTF-8 ({where}), so each byte that does not decode reads as "
+            "U+FFFD, the replacement character, in its description and instructions; save it as UTF-8"
+        )
     if skill.body_truncated:
         notes.append(
             f"{skill.name}: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
@@ -205,6 +212,23 @@ def _skill_notes(skill: Skill) -> list[str]:
                 f"{MAX_SCRIPT_BYTES}-byte cap for a script, so skill_run never runs it"
             )
     return notes
+
+
+def _first_non_utf8(skill: Skill) -> str | None:
+    """Where the SKILL.md the catalog read first fails to decode as UTF-8 (line, and column in bytes); discovery
+    decodes it replacing what fails (§3.4), which is no problem, and so tells the author nothing."""
+    try:
+        with SkillDir(skill.real_dir).opened(SKILL_MD) as (fd, status):
+            capped = read_capped_fd(fd, MAX_SKILL_MD_BYTES, status)
+    except (OSError, PathRefused):  # read a moment ago; whatever happened since, the catalog stands
+        return None
+    try:  # a cut file may end inside a character, which is no fault of the author's
+        codecs.getincrementaldecoder("utf-8")().decode(capped.data, final=not capped.truncated)
+    except UnicodeDecodeError as error:
+        line = capped.data.count(b"\n", 0, error.start) + 1
+        column = error.start - capped.data.rfind(b"\n", 0, error.start)
+        return f"line {line}, byte {column} of the line"
+    return None
 
 
 def _named(tally: PathTally) -> str:

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import make_skill
 from test_cli import run_cli
+
+from skill_mcp.limits import MAX_SKILL_MD_BYTES
 
 
 @pytest.fixture
@@ -28,3 +31,25 @@ def test_a_utf_16_skill_md_is_said_to_be_no_utf_8(root: Path, elsewhere: Path) -
         f'malformed-frontmatter  {skill}: SKILL.md does not begin with a "---" frontmatter block: it is not UTF-8 '
         "text (its first line holds NUL bytes, as UTF-16 does); save it as UTF-8"
     )
+
+
+def test_a_skill_md_saved_as_latin_1_is_noted_with_where_it_stops_being_utf_8(root: Path, elsewhere: Path) -> None:
+    # Discovery reads it with U+FFFD for each bad byte (§3.4) and serves it: no problem, exit 0, but the author is
+    # told, since clients would see "R\ufffdsum\ufffd" for its description.
+    skill = root / "resume"
+    skill.mkdir()
+    (skill / "SKILL.md").write_bytes("---\nname: resume\ndescription: Résumé helper\n---\nBody\n".encode("latin-1"))
+    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout) == (0, "1 skill(s), 0 problem(s)\n")
+    assert stderr == (
+        "skill-mcp: note: resume: SKILL.md is not valid UTF-8 (line 3, byte 15 of the line), so each byte that does "
+        "not decode reads as U+FFFD, the replacement character, in its description and instructions; save it as UTF-8\n"
+    )
+
+
+def test_a_utf_8_character_cut_by_the_skill_md_cap_draws_no_utf_8_note(root: Path, elsewhere: Path) -> None:
+    head = "---\nname: long\ndescription: d\n---\n"
+    filler = "x" * (MAX_SKILL_MD_BYTES - len(head) - 1)  # "é" (2 bytes) straddles the cap: only the read cut it
+    make_skill(root, "long", "name: long\ndescription: d\n", body=filler + "é" * 10)
+    _, _, stderr = run_cli(["check", str(root)], elsewhere)
+    assert "UTF-8" not in stderr and "SKILL.md is over" in stderr
