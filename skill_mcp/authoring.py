@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .catalog import discover
 from .cli import EXIT_OK, EXIT_PROBLEMS, write_stdout
 from .deployment import Deployment, build_deployment
 from .files import read_capped_fd
@@ -30,7 +31,7 @@ from .limits import (
     SKILL_MD,
     is_agent_skills_name,
 )
-from .model import PathTally, Problem, Skill
+from .model import Catalog, PathTally, Problem, Skill
 from .paths import PathRefused, SkillDir
 from .text import json_for_people, printable, quoted, quoted_path
 from .tools import skill_list
@@ -155,9 +156,9 @@ def check_notes(deployment: Deployment) -> list[str]:
     notes = []
     if deployment.roots_from == "default":
         notes.append(demo_note("check", "checked"))
-    elif not deployment.skills and not deployment.problems:
+    elif empty := _roots_holding_nothing(deployment):
         notes.append(
-            f"no skill was found under {', '.join(deployment.roots)}: a skill is a directory holding a SKILL.md, "
+            f"no skill was found under {', '.join(empty)}: a skill is a directory holding a SKILL.md, "
             "given as a ROOT itself or placed in a ROOT or in its `skills` directory"
         )
     for problem in deployment.problems:  # `check path/to/SKILL.md`: the skill is the directory holding it
@@ -165,6 +166,24 @@ def check_notes(deployment: Deployment) -> list[str]:
         if not_a_directory and os.path.basename(problem.path) == SKILL_MD:
             notes.append(f"{problem.path} is a skill's {SKILL_MD}: give its directory, {os.path.dirname(problem.path)}")
     return [*notes, *(note for skill in deployment.skills for note in _skill_notes(skill))]
+
+
+def _roots_holding_nothing(deployment: Deployment) -> list[str]:
+    """The roots that yield no skill and no problem: beside a root that does, one given by mistake (`check skills/*`
+    over a folder of notes) would otherwise pass unnoticed."""
+    if not deployment.skills and not deployment.problems:
+        return list(dict.fromkeys(deployment.roots))
+    served_from = {skill.source for skill in deployment.skills}
+    max_skills = deployment.config.max_skills
+    return [
+        root
+        for root in dict.fromkeys(deployment.roots)
+        if root not in served_from and _yields_nothing(discover((root,), max_skills))
+    ]
+
+
+def _yields_nothing(catalog: Catalog) -> bool:
+    return not catalog.skills and not catalog.problems
 
 
 def _skill_notes(skill: Skill) -> list[str]:

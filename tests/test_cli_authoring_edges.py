@@ -53,3 +53,20 @@ def test_a_utf_8_character_cut_by_the_skill_md_cap_draws_no_utf_8_note(root: Pat
     make_skill(root, "long", "name: long\ndescription: d\n", body=filler + "é" * 10)
     _, _, stderr = run_cli(["check", str(root)], elsewhere)
     assert "UTF-8" not in stderr and "SKILL.md is over" in stderr
+
+
+def test_a_root_holding_nothing_beside_one_holding_a_skill_is_noted(root: Path, elsewhere: Path) -> None:
+    # `skill-mcp check skills/*` where one folder lost its SKILL.md: it held nothing to scan, so no problem says so.
+    make_skill(root, "alpha")
+    draft = root / "draft"
+    draft.mkdir()
+    (draft / "README.md").write_text("notes\n")
+    code, stdout, stderr = run_cli(["check", str(root / "alpha"), str(draft), str(root / "alpha")], elsewhere)
+    assert (code, stdout) == (0, "1 skill(s), 0 problem(s)\n")
+    assert stderr == (
+        f"skill-mcp: note: no skill was found under {draft}: a skill is a directory holding a SKILL.md, given as a "
+        "ROOT itself or placed in a ROOT or in its `skills` directory\n"
+    )
+    # A root whose skill another root already holds, or beyond the skill limit, does hold one: no note.
+    code, _, stderr = run_cli(["check", str(root), str(root / "alpha")], elsewhere, env={"MCP_MAX_SKILLS": "1"})
+    assert (code, stderr) == (1, "")
