@@ -319,6 +319,8 @@ def _missing_script_detail(walk: ManifestWalk, real_dir: str, script: str) -> st
     if (unreachable := reach_error(os.path.join(real_dir, script))) is not None:
         return detail + f" that the server's user can reach ({os_error_text(unreachable)}), so it never runs"
     if _passes_through_a_link(real_dir, script):
+        if (leads := _link_leads_out(real_dir, script)) is not None:
+            return detail + f"; its path passes through a symbolic link and {leads}, so a run refuses it"
         return detail + (
             "; its path passes through a symbolic link, and the manifest lists no link: a run still follows "
             "it while it resolves inside the skill, and declaring the real file clears this problem"
@@ -338,6 +340,15 @@ def _passes_through_a_link(real_dir: str, rel: str) -> bool:
         if os.path.islink(path):
             return True
     return False
+
+
+def _link_leads_out(real_dir: str, rel: str) -> str | None:
+    """Why `rel`, through a link, can never be run: it resolves outside the skill, or not at all; None otherwise."""
+    try:
+        target = real_path(os.path.join(real_dir, rel))
+    except OSError as error:
+        return f"does not resolve to a file ({os_error_text(error)})"
+    return None if is_within(target, real_dir, strictly=True) else f"resolves outside the skill, to {target}"
 
 
 def _found_past_an_unlisted_directory(walk: ManifestWalk, real_dir: str, rel: str) -> bool:

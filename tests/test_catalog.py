@@ -827,7 +827,13 @@ def test_a_declared_script_under_a_linked_directory_is_explained_too(root):
     (skill_dir / "scripts").symlink_to("shared")
     catalog = discover([str(root)], 32)
     details = [problem.detail for problem in catalog.problems]
-    assert [detail.endswith(LINK_NOTE) for detail in details] == [True, True, True]
+    # The link resolves, but leads to no `missing.py` or `linked.py`: no real file to declare, and no run.
+    nowhere = (
+        "; its path passes through a symbolic link and does not resolve to a file (No such file or directory), "
+        "so a run refuses it"
+    )
+    assert [detail.endswith(nowhere) for detail in details] == [True, False, True]
+    assert details[1].endswith(LINK_NOTE)
     runs = served(catalog, "runner").declaration.runs
     assert [run.script for run in runs] == ["scripts/missing.py", "scripts/present.py", "scripts/linked.py"]
 

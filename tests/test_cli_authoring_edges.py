@@ -70,3 +70,29 @@ def test_a_root_holding_nothing_beside_one_holding_a_skill_is_noted(root: Path, 
     # A root whose skill another root already holds, or beyond the skill limit, does hold one: no note.
     code, _, stderr = run_cli(["check", str(root), str(root / "alpha")], elsewhere, env={"MCP_MAX_SKILLS": "1"})
     assert (code, stderr) == (1, "")
+
+
+RUNS_S_PY = (
+    "name: {name}\ndescription: d\nmcp-host:\n  version: 1\n  run:\n    - script: s.py\n      interpreter: python3\n"
+)
+
+
+def test_a_declared_script_linked_outside_the_skill_or_nowhere_is_said_never_to_run(root: Path, elsewhere: Path) -> None:
+    # "a run still follows it while it resolves inside the skill, and declaring the real file clears this problem"
+    # told the author of a link to /etc/hostname that it might run; the run refuses it as outside (§6.2), every time.
+    out = make_skill(root, "out", RUNS_S_PY.format(name="out"))
+    (out / "s.py").symlink_to("/etc/hostname")
+    broken = make_skill(root, "broken", RUNS_S_PY.format(name="broken"))
+    (broken / "s.py").symlink_to("gone.py")
+    inside = make_skill(root, "inside", RUNS_S_PY.format(name="inside"), files={"real.py": "print(1)\n"})
+    (inside / "s.py").symlink_to("real.py")
+    code, stdout, _ = run_cli(["check", str(root)], elsewhere)
+    declares = 'declared-script-missing  {}: the skill declares "s.py", which is not a file in this skill; its path ' \
+        "passes through a symbolic link"
+    assert (code, stdout.splitlines()) == (1, [
+        declares.format(broken) + " and does not resolve to a file (No such file or directory), so a run refuses it",
+        declares.format(inside) + ", and the manifest lists no link: a run still follows it while it resolves "
+        "inside the skill, and declaring the real file clears this problem",
+        declares.format(out) + " and resolves outside the skill, to /etc/hostname, so a run refuses it",
+        "3 skill(s), 3 problem(s)",
+    ])
