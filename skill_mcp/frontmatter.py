@@ -26,6 +26,7 @@ _CLOSER = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")
 _FIRST_YAML_LINE = 2
 _NOT_YAML = "SKILL.md frontmatter is not valid YAML: "
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_READING = re.compile(r"while (?:scanning|parsing) an? (.+)")  # a parser error's context: what it was reading
 # The parser's words for the two slips authors make most, and what fixes each.
 _YAML_TIPS = {
     "mapping values are not allowed here": '; quote a value that contains ": ", and indent a key only under a key',
@@ -127,6 +128,7 @@ def _load_yaml(raw_yaml: str) -> Any:
         tips = [tip for slip, tip in _YAML_TIPS.items() if slip in problem]
         raise FrontmatterError(
             f"{_NOT_YAML}{problem}" + _position(error.problem_mark or error.context_mark) + "".join(tips)
+            + _unclosed_at(error, len(raw_yaml))
         ) from None
     except ReaderError as error:  # a control character; ruamel gives its offset in the YAML, not a mark
         raise FrontmatterError(
@@ -243,6 +245,15 @@ def _position(mark: Any) -> str:
     if mark is None:
         return ""
     return f" (line {mark.line + _FIRST_YAML_LINE}, column {mark.column + 1})"
+
+
+def _unclosed_at(error: MarkedYAMLError, end: int) -> str:
+    """Where a quote or bracket the block ends inside was opened: the error's own position is the closing "---"."""
+    mark, opened = error.context_mark, _READING.fullmatch(error.context or "")
+    if mark is None or opened is None or error.problem_mark is None or error.problem_mark.index < end:
+        return ""
+    where = f"line {mark.line + _FIRST_YAML_LINE}, column {mark.column + 1}"
+    return f"; the {opened[1]} that begins at {where} is never closed"
 
 
 def _offset_position(text: str, offset: int) -> str:

@@ -96,3 +96,14 @@ def test_a_declared_script_linked_outside_the_skill_or_nowhere_is_said_never_to_
         declares.format(out) + " and resolves outside the skill, to /etc/hostname, so a run refuses it",
         "3 skill(s), 3 problem(s)",
     ])
+
+
+def test_an_unclosed_quote_is_placed_where_it_opens_not_only_at_the_closing_dashes(root: Path, elsewhere: Path) -> None:
+    # The parser runs out of YAML at the closing "---" (line 5), which is all the author was shown.
+    skill = make_skill(root, "quote", 'name: quote\ndescription: "Summarise a file\nlicense: MIT\n')
+    code, stdout, _ = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout.splitlines()[0]) == (1, (
+        f"malformed-frontmatter  {skill}: SKILL.md frontmatter is not valid YAML: while scanning a quoted scalar, "
+        "found unexpected end of stream (line 5, column 1); the quoted scalar that begins at line 3, column 14 is "
+        "never closed"
+    ))

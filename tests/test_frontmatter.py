@@ -109,7 +109,8 @@ def test_block_of_exactly_65536_bytes_is_read():
 def test_yaml_errors_are_positioned_in_skill_md():
     assert error_of("---\nname: a\nb: [1\n---\n") == (
         "SKILL.md frontmatter is not valid YAML: while parsing a flow sequence, "
-        "expected ',' or ']', but got '<stream end>' (line 4, column 1)"
+        "expected ',' or ']', but got '<stream end>' (line 4, column 1); "
+        "the flow sequence that begins at line 3, column 4 is never closed"
     )
     assert error_of("---\nname: a\n\tb: 1\n---\n") == (
         "SKILL.md frontmatter is not valid YAML: while scanning for the next token, "
