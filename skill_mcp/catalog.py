@@ -222,9 +222,21 @@ _CASE_PROBE_ENTRIES = 4096  # a directory without SKILL.md may be large; its fir
 def _case_note_of(directory: str) -> str:
     try:
         with os.scandir(directory) as listing:
-            return _case_note([entry.name for entry in islice(listing, _CASE_PROBE_ENTRIES)])
+            entries = list(islice(listing, _CASE_PROBE_ENTRIES))
     except OSError:
         return ""
+    return _case_note(entry.name for entry in entries) or _nested_note(directory, entries)
+
+
+def _nested_note(directory: str, entries: Iterable[os.DirEntry[str]]) -> str:
+    """A hint naming a skill one level too deep (`<root>/group/skill/SKILL.md`), which no scan reaches."""
+    for entry in sorted(entries, key=lambda each: each.name):
+        if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False) and _holds_skill_md(entry.path):
+            return (
+                f" (it holds the skill directory {quoted(entry.name)}, but skills are found only one level under a "
+                f"root or its skills directory: add {directory} as a root)"
+            )
+    return ""
 
 
 def _case_note(names: Iterable[str]) -> str:

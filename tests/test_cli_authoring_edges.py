@@ -107,3 +107,18 @@ def test_an_unclosed_quote_is_placed_where_it_opens_not_only_at_the_closing_dash
         "found unexpected end of stream (line 5, column 1); the quoted scalar that begins at line 3, column 14 is "
         "never closed"
     ))
+
+
+def test_a_skill_one_level_too_deep_is_named_beside_its_groups_no_skill_md(root: Path, elsewhere: Path) -> None:
+    # Skills grouped in category folders (`<root>/writing/summarise/SKILL.md`) are never scanned (§3.2).
+    make_skill(root / "writing", "summarise")
+    (root / "writing" / "notes").mkdir()
+    make_skill(root / "empty" / ".cache", "hidden")  # a hidden directory is no skill, here as anywhere
+    code, stdout, _ = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout.splitlines()) == (1, [
+        f"no-skill-md  {root / 'empty'}: this directory has no SKILL.md, so it is not a skill",
+        f"no-skill-md  {root / 'writing'}: this directory has no SKILL.md, so it is not a skill (it holds the skill "
+        f'directory "summarise", but skills are found only one level under a root or its skills directory: add '
+        f"{root / 'writing'} as a root)",
+        "0 skill(s), 2 problem(s)",
+    ])
