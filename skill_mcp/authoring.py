@@ -12,7 +12,10 @@ import datetime
 import itertools
 import json
 import os
+import posixpath
+import re
 import sys
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,7 +35,7 @@ from .limits import (
     is_agent_skills_name,
 )
 from .model import Catalog, PathTally, Problem, Skill
-from .paths import PathRefused, SkillDir
+from .paths import PathRefused, SkillDir, is_within, real_path
 from .text import json_for_people, printable, quoted, quoted_path
 from .tools import skill_list
 
@@ -193,6 +196,11 @@ def _skill_notes(skill: Skill) -> list[str]:
             f"{skill.name}: SKILL.md is not valid UTF-8 ({where}), so each byte that does not decode reads as "
             "U+FFFD, the replacement character, in its description and instructions; save it as UTF-8"
         )
+    if (broken := _missing_link_targets(skill)).count:
+        notes.append(
+            f"{skill.name}: SKILL.md links to {broken.count} path(s) that are not in this skill, so a client that "
+            f"follows them with skill_file gets an error: {_named(broken)}"
+        )
     if skill.body_truncated:
         notes.append(
             f"{skill.name}: SKILL.md is over {MAX_SKILL_MD_BYTES} bytes, so the instructions skill_load returns "
@@ -231,6 +239,48 @@ def _skill_notes(skill: Skill) -> list[str]:
                 f"{MAX_SCRIPT_BYTES}-byte cap for a script, so skill_run never runs it"
             )
     return notes
+
+
+_FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.MULTILINE | re.DOTALL)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+# An inline link or image, `[text](target "title")`, or a reference definition, `[ref]: target`: its target, bare
+# or in <…>.
+_LINK_TARGET = re.compile(r"(?:\]\(|^ {0,3}\[[^\]\n]+\]:)[ \t]*(?:<([^>\n]*)>|([^)\s]+))", re.MULTILINE)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _missing_link_targets(skill: Skill) -> PathTally:
+    """The relative targets of the body's Markdown links (outside code) that name neither a file nor a directory of
+    the skill; links to a URL, an absolute path or an anchor are not the skill's to have."""
+    text = _CODE_SPAN.sub("", _FENCE.sub("", skill.body))
+    files = {entry.path for entry in skill.manifest}
+    dirs = {os.path.dirname(path) for path in files}
+    dirs |= {parent for path in dirs for parent in _parents(path)}
+    missing = []
+    for match in _LINK_TARGET.finditer(text):
+        target = urllib.parse.unquote((match[1] or match[2] or "").split("#", 1)[0].split("?", 1)[0])
+        if not target or target.startswith("/") or _SCHEME.match(target):
+            continue
+        rel = posixpath.normpath(target)
+        if rel not in files and rel not in dirs and rel != "." and not _inside_link(skill.real_dir, rel):
+            missing.append(target)
+    return PathTally.of(dict.fromkeys(missing))
+
+
+def _parents(path: str) -> list[str]:
+    parents = []
+    while path:
+        path = posixpath.dirname(path)
+        parents.append(path)
+    return parents
+
+
+def _inside_link(real_dir: str, rel: str) -> bool:
+    """A target the manifest leaves out (a link, §3.5) that skill_file still reads, resolving inside the skill."""
+    try:
+        return is_within(real_path(os.path.join(real_dir, rel)), real_dir, strictly=True)
+    except OSError:
+        return False
 
 
 def _first_non_utf8(skill: Skill) -> str | None:

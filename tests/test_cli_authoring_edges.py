@@ -122,3 +122,34 @@ def test_a_skill_one_level_too_deep_is_named_beside_its_groups_no_skill_md(root:
         f"{root / 'writing'} as a root)",
         "0 skill(s), 2 problem(s)",
     ])
+
+
+LINKING_BODY = """See [the guide](references/guide.md), [a typo](references/gude.md) and ![the logo](assets/logo.png "Logo").
+Also [the folder](references/), [usage](#usage), [part](references/guide.md#part), [web](https://example.com/a.md),
+[mail](mailto:a@example.com), [an absolute path](/etc/passwd), [a sibling](../other/SKILL.md),
+[spaced](<my notes.md>), [escaped](my%20notes.md), [dotted](./references/guide.md), [linked](latest.md) and [ref][r].
+
+```markdown
+[in a fence](fenced/nowhere.md)
+```
+
+Inline `[in code](spanned/nowhere.md)` is code.
+
+[r]: references/defined.md
+"""
+
+
+def test_check_notes_the_paths_skill_md_links_to_that_the_skill_does_not_have(root: Path, elsewhere: Path) -> None:
+    # A client follows these with skill_file and gets an error; the author only learns it from a user.
+    skill = make_skill(root, "linking", body=LINKING_BODY, files={"references/guide.md": "", "my notes.md": ""})
+    (skill / "assets").mkdir()
+    (skill / "latest.md").symlink_to("references/guide.md")  # not listed, but skill_file reads it
+    code, stdout, stderr = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout) == (0, "1 skill(s), 0 problem(s)\n")
+    assert stderr.splitlines() == [
+        "skill-mcp: note: linking: SKILL.md links to 4 path(s) that are not in this skill, so a client that follows "
+        'them with skill_file gets an error: "references/gude.md", "assets/logo.png", "../other/SKILL.md", '
+        '"references/defined.md"',
+        "skill-mcp: note: linking: 1 symbolic link(s) or special file(s) are not listed, so clients are not offered "
+        'them: "latest.md"; skill_file reads a link by its path only while it resolves inside the skill',
+    ]
