@@ -16,10 +16,12 @@ _SHOWN_URI_CHARS = len("skill://") + 64 + 1 + 12 * MAX_PATH_CHARS
 # C1 controls and the bidirectional marks and overrides that reorder how a line is shown; C0 controls too.
 _REORDERING = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _TERMINAL_CONTROLS = re.compile(f"[\x00-\x1f{_REORDERING}]")
-# In what a person approves, also what shows as nothing (zero-width and invisible characters, the soft hyphen,
-# the Hangul fillers, variation selectors) or as a line break.
+# In what a person approves, also what shows as nothing (Unicode's Default_Ignorable_Code_Point: zero-width and
+# invisible characters, the soft hyphen, the Hangul fillers, variation selectors, the tag characters that spell
+# hidden ASCII) or as a line break.
 _HIDING_CHARACTERS = re.compile(
-    f"[{_REORDERING}\u00ad\u034f\u115f\u1160\u180e\u200b-\u200d\u2060-\u2064\u3164\ufe00-\ufe0f\ufeff\uffa0"
+    f"[{_REORDERING}\u00ad\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200d\u2060-\u206f\u3164"
+    "\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
     "\u2028\u2029]"
 )
 
@@ -77,4 +79,8 @@ def json_for_people(text: str) -> str:
 
 
 def _escaped(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
+    code = ord(match.group())
+    if code > 0xFFFF:  # JSON escapes a character beyond the BMP as its UTF-16 surrogate pair
+        high, low = divmod(code - 0x10000, 0x400)
+        return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+    return f"\\u{code:04x}"

@@ -10,7 +10,8 @@ from skill_mcp.text import encodable, json_for_people, os_error_text, printable,
 
 REORDERING = ["\x85", "\x9b", "\x7f", "\u061c", "\u200e", "\u200f", "\u202a", "\u202e", "\u2066", "\u2069"]
 HIDING = ["\u200b", "\u200d", "\u2060", "\ufeff", "\u2028", "\u2029",
-          "\u00ad", "\u034f", "\u115f", "\u1160", "\u180e", "\u2064", "\u3164", "\ufe0f", "\uffa0"]  # fmt: skip
+          "\u00ad", "\u034f", "\u115f", "\u1160", "\u180e", "\u2064", "\u3164", "\ufe0f", "\uffa0",
+          "\u17b4", "\u180b", "\u206a", "\ufff0", "\U0001bca0", "\U0001d173", "\U000e0041", "\U000e0100"]  # fmt: skip
 
 
 def test_quoted_cuts_past_the_limit_only():

@@ -1,0 +1,104 @@
+"""The confirmation gate under attack, through the protocol (SPEC §11): what the user is shown, and approvals
+that must not run twice or run unseen.
+
+Every script under test appends one line to a marker file before doing anything else, so "nothing ran" is a
+line count, not an inference from a result.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from support import connect, deployment_for, error_text, write_skill
+
+from skill_mcp.run_tool import RunService
+
+pytestmark = pytest.mark.anyio
+
+PYTHON = "/usr/bin/python3"
+ACCEPT = types.ElicitResult(action="accept", content={"confirmed": True})
+SKILL = "name: gate\ndescription: Gate fixture.\nmcp-host:\n  version: 1\n  run:\n    - script: mark.py\n      interpreter: python3\n"
+MARK_PY = """\
+import json, sys
+with open({marker!r}, "a", encoding="utf-8") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+"""
+
+
+class Gate:
+    """A skills root with the `gate` skill, whose one script records each run's arguments."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.base = tmp_path.resolve()
+        self.marker = self.base / "runs.log"
+        write_skill(self.base / "root", "gate", SKILL, files={"mark.py": MARK_PY.format(marker=str(self.marker))})
+
+    def runs(self) -> list[list[str]]:
+        return [json.loads(line) for line in self.marker.read_text().splitlines()] if self.marker.exists() else []
+
+    def service(self, **extra: str) -> RunService:
+        environ = {"SKILLS_DIR": str(self.base / "root"), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON}
+        return RunService(deployment_for({**environ, **extra}))
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Gate:
+    return Gate(tmp_path)
+
+
+class Asker:
+    def __init__(self) -> None:
+        self.questions: list[Any] = []
+
+    async def __call__(self, context: Any, params: Any) -> Any:
+        self.questions.append(params)
+        return ACCEPT
+
+
+def run(*args: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "gate", "script": "mark.py", "args": list(args), **extra}
+
+
+# --- what the user is shown (§11.1, §9.2) ---------------------------------------------------------
+
+# Characters that render as nothing (Unicode's Default_Ignorable_Code_Point): an argument carrying them shows as
+# "report.txt" while the script is handed something else. The tag characters spell hidden ASCII ("ASCII smuggling").
+INVISIBLE = {
+    "tag characters": "\U000e0072\U000e006d\U000e0020\U000e002d\U000e0072\U000e0066",
+    "variation selector supplement": "\U000e0100",
+    "Mongolian free variation selector": "\u180b",
+    "Khmer inherent vowel": "\u17b4",
+    "deprecated format character": "\u206a",
+    "musical format control": "\U0001d173",
+    "shorthand format control": "\U0001bca0",
+    "reserved ignorable": "\ufff0",
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVISIBLE))
+async def test_an_invisible_character_in_an_argument_is_shown_escaped_on_every_path(gate: Gate, case: str) -> None:
+    argument = f"report.txt{INVISIBLE[case]}"
+    service = gate.service()
+    asker = Asker()
+    async with connect(service.deployment, "legacy", service.call, elicitation_callback=asker) as client:  # path 1
+        assert not (await client.call_tool("skill_run", run(argument))).is_error
+    async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as client:  # path 2
+        asked = await client.session.call_tool("skill_run", run(argument), allow_input_required=True)
+    async with connect(service.deployment, "legacy", service.call) as client:  # path 3, then DRAFT_CHANGED
+        preview = (await client.call_tool("skill_run", run(argument))).content[0].text
+        changed = error_text(
+            await client.call_tool("skill_run", run(argument, "x", confirmToken=json.loads(preview)["confirmToken"]))
+        )
+    shown = [asker.questions[0].message, asked.input_requests["confirm"].params.message, preview, changed]
+    for text in shown:
+        assert not any(character in text for character in INVISIBLE[case]), ascii(text)
+    # Escaped, not dropped: the same string to a parser, and what the script was handed.
+    assert json.loads(preview)["preview"]["willRun"]["argv"] == ["mark.py", argument]
+    assert json.loads(changed)["preview"]["willRun"]["argv"] == ["mark.py", argument, "x"]
+    details = shown[0].split("\n", 1)[1]
+    assert json.loads(details)["details"]["argv"] == ["mark.py", argument]
+    assert gate.runs() == [[argument]]
