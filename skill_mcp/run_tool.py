@@ -128,7 +128,7 @@ class RunService:
             self.deployment.config.elicitation,
         )
 
-    async def _path_elicitation(self, ctx: ServerRequestContext[Any], draft: Draft) -> dict[str, Any]:
+    async def _path_elicitation(self, ctx: ServerRequestContext[Any], draft: Draft) -> dict[str, Any] | types.InputRequiredResult:
         message, schema = confirm.elicitation_question(draft.will_run)
         try:
             with anyio.fail_after(self.deployment.config.ttl_seconds):
@@ -187,7 +187,7 @@ class RunService:
             {"resultType": "input_required", "inputRequests": {"confirm": request}, "requestState": state}
         )
 
-    async def _path_token(self, draft: Draft, token: str | None) -> dict[str, Any]:
+    async def _path_token(self, draft: Draft, token: str | None) -> dict[str, Any] | types.InputRequiredResult:
         mode = self._confirm_mode()
         if mode == "refuse":
             self._log_confirm(draft, "token", "confirmation-unsupported")
@@ -246,7 +246,7 @@ class RunService:
 
     async def _spend_and_run(
         self, draft: Draft, approval: confirm.Approval | None, confirm_path: str
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | types.InputRequiredResult:
         """Take the one-run slot, spend the approval (None on the elicitation path: nothing to spend), run, free it."""
         if self._busy and not await self._freed_by_a_stopped_run():
             return self._busy_refusal(draft)
@@ -265,6 +265,9 @@ class RunService:
                     refusal = Refused("spend-failed", message, _SPEND_FAILED_HINT)
                     return self._refused(draft.skill.name, draft.entry.script, refusal)
                 if not spent_now:  # spent by another server sharing the store since this one checked
+                    if confirm_path == "input-required":  # a spent state is asked again (§11.3 step 5)
+                        self._log_confirm(draft, confirm_path, "asked")
+                        return self._ask(draft)
                     self._log_confirm(draft, confirm_path, confirm.TOKEN_REUSED)
                     return text_result(minified(confirm.rejection(confirm.TOKEN_REUSED)), is_error=True)
             return await self._execute(draft)

@@ -8,12 +8,16 @@ line count, not an inference from a result.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 import pytest
-from support import connect, deployment_for, error_text, write_skill
+from support import UNPRIVILEGED_UID, connect, deployment_for, error_text, needs_root, world_readable_dir, write_skill
+from wire import clean_environ, running
 
 from skill_mcp.run_tool import RunService
 
@@ -102,3 +106,52 @@ async def test_an_invisible_character_in_an_argument_is_shown_escaped_on_every_p
     details = shown[0].split("\n", 1)[1]
     assert json.loads(details)["details"]["argv"] == ["mark.py", argument]
     assert gate.runs() == [[argument]]
+
+
+# --- a spend lost after the check (§11.3 step 5, §11.6) ----------------------------------------------
+
+MODERN_ASKING = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "line-client", "version": "0"},
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+}
+AS_UNPRIVILEGED = ["setpriv", "--reuid", str(UNPRIVILEGED_UID), "--regid", str(UNPRIVILEGED_UID), "--clear-groups"]
+
+
+@needs_root
+def test_a_request_state_whose_spend_is_lost_after_its_check_is_asked_again() -> None:
+    # The spent check and the exclusive create are two steps: a record that appears between them (another server
+    # sharing the store spent the same state) is found only by the create. Here the server, as uid 10001, cannot
+    # search the store when it checks (the directory is 0600) and makes it private again before it creates the
+    # record, so its check misses the record its create then finds. A spent state is asked again (§11.3 step 5),
+    # never answered as a path-3 token rejection.
+    base = world_readable_dir()
+    try:
+        runs, data = base / "runs", base / "data"
+        for directory in (runs, data):
+            directory.mkdir()
+            os.chown(directory, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        write_skill(base / "root", "gate", SKILL, files={"mark.py": MARK_PY.format(marker=str(runs / "runs.log"))})
+        grant = json.dumps([{"skill": "gate", "script": "mark.py"}])
+        environ = clean_environ(SKILLS_DIR=str(base / "root"), MCP_SKILL_PYTHON=PYTHON, MCP_CONFIRM_SECRET="stable",
+                                MCP_DATA_DIR=str(data), MCP_SKILL_RUN=grant)  # fmt: skip
+        tool_call = {"_meta": MODERN_ASKING, "name": "skill_run", "arguments": run()}
+        accepted = {"confirm": {"action": "accept", "content": {"confirmed": True}}}
+        with running([*AS_UNPRIVILEGED, sys.executable, "-m", "skill_mcp"], environ, cwd=str(base)) as client:
+            state = client.request("tools/call", tool_call)["result"]["requestState"]
+            answer = {**tool_call, "inputResponses": accepted, "requestState": state}
+            ran = client.request("tools/call", answer)["result"]
+            (data / ".mcp-confirm" / "spent").chmod(0o600)
+            lost = client.request("tools/call", answer)["result"]
+            client.close_stdin()
+            client.wait()
+        marker = (runs / "runs.log").read_text().splitlines()
+    finally:
+        shutil.rmtree(base)
+    assert ran["isError"] is False and json.loads(ran["content"][0]["text"])["exitCode"] == 0
+    assert lost["resultType"] == "input_required", lost
+    assert lost["inputRequests"]["confirm"]["method"] == "elicitation/create"
+    assert lost["requestState"] not in (state, None)
+    assert marker == ["[]"]
+    decisions = [event["decision"] for event in client.log_events() if event["event"] == "run.confirm"]
+    assert decisions == ["asked", "accepted", "accepted", "asked"]
