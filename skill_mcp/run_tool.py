@@ -134,6 +134,9 @@ class RunService:
             with anyio.fail_after(self.deployment.config.ttl_seconds):
                 answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
             decision = _decision(answer)
+        except anyio.get_cancelled_exc_class():  # the client gave up on the call while its user decided
+            self._log_confirm(draft, "elicitation", "cancelled")
+            raise
         except Exception:  # noqa: BLE001 - a client error or a timeout means "not confirmed"
             decision = "failed"
         self._log_confirm(draft, "elicitation", decision)

@@ -155,3 +155,34 @@ def test_a_request_state_whose_spend_is_lost_after_its_check_is_asked_again() ->
     assert marker == ["[]"]
     decisions = [event["decision"] for event in client.log_events() if event["event"] == "run.confirm"]
     assert decisions == ["asked", "accepted", "accepted", "asked"]
+
+
+# --- a call cancelled while its question is out (§11.2, §13) --------------------------------------
+
+
+def test_a_call_cancelled_while_the_user_decides_is_logged_as_cancelled_and_runs_nothing(tmp_path: Path) -> None:
+    # The client gives up on the call (notifications/cancelled) while its question is out: the question is
+    # withdrawn, an answer that still arrives approves nothing, and the log says how the confirmation ended
+    # instead of leaving a run.preview with no run.confirm.
+    gate = Gate(tmp_path)
+    environ = clean_environ(SKILLS_DIR=str(gate.base / "root"), MCP_SKILL_PYTHON=PYTHON)
+    with running([sys.executable, "-m", "skill_mcp"], environ) as client:
+        client.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                                      "clientInfo": {"name": "line-client", "version": "0"}})  # fmt: skip
+        client.notify("notifications/initialized")
+        call = {"name": "skill_run", "arguments": run("cancelled")}
+        client.send_line(json.dumps({"jsonrpc": "2.0", "id": "run", "method": "tools/call", "params": call}).encode())
+        question = client.next_message()
+        assert question["method"] == "elicitation/create"
+        client.notify("notifications/cancelled", {"requestId": "run", "reason": "the user closed the chat"})
+        withdrawn = client.next_message()
+        accepted = {"action": "accept", "content": {"confirmed": True}}
+        client.send_line(json.dumps({"jsonrpc": "2.0", "id": question["id"], "result": accepted}).encode())
+        assert "result" in client.request("ping")
+        client.close_stdin()
+        assert client.wait() == 0
+    assert withdrawn == {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                         "params": {"requestId": question["id"], "reason": "caller cancelled"}}  # fmt: skip
+    runs = [(event["event"], event.get("decision")) for event in client.log_events() if event["event"].startswith("run.")]
+    assert runs == [("run.preview", None), ("run.confirm", "cancelled")]
+    assert gate.runs() == []
