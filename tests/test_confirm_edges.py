@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types as types
 import pytest
 from support import UNPRIVILEGED_UID, connect, deployment_for, error_text, needs_root, world_readable_dir, write_skill
-from wire import clean_environ, running
+from wire import clean_environ, running, tool_payload
 
 from skill_mcp.run_tool import RunService
 
@@ -25,11 +26,20 @@ pytestmark = pytest.mark.anyio
 
 PYTHON = "/usr/bin/python3"
 ACCEPT = types.ElicitResult(action="accept", content={"confirmed": True})
-SKILL = "name: gate\ndescription: Gate fixture.\nmcp-host:\n  version: 1\n  run:\n    - script: mark.py\n      interpreter: python3\n"
+SKILL = (
+    "name: gate\ndescription: Gate fixture.\nmcp-host:\n  version: 1\n  run:\n"
+    "    - script: mark.py\n      interpreter: python3\n    - script: slow.py\n      interpreter: python3\n"
+)
 MARK_PY = """\
 import json, sys
 with open({marker!r}, "a", encoding="utf-8") as log:
     log.write(json.dumps(sys.argv[1:]) + "\\n")
+"""
+SLOW_PY = """\
+import time
+with open({marker!r}, "a", encoding="utf-8") as log:
+    log.write('["slow"]\\n')
+time.sleep(1)
 """
 
 
@@ -39,7 +49,8 @@ class Gate:
     def __init__(self, tmp_path: Path) -> None:
         self.base = tmp_path.resolve()
         self.marker = self.base / "runs.log"
-        write_skill(self.base / "root", "gate", SKILL, files={"mark.py": MARK_PY.format(marker=str(self.marker))})
+        scripts = {"mark.py": MARK_PY.format(marker=str(self.marker)), "slow.py": SLOW_PY.format(marker=str(self.marker))}
+        write_skill(self.base / "root", "gate", SKILL, files=scripts)
 
     def runs(self) -> list[list[str]]:
         return [json.loads(line) for line in self.marker.read_text().splitlines()] if self.marker.exists() else []
@@ -185,4 +196,72 @@ def test_a_call_cancelled_while_the_user_decides_is_logged_as_cancelled_and_runs
                          "params": {"requestId": question["id"], "reason": "caller cancelled"}}  # fmt: skip
     runs = [(event["event"], event.get("decision")) for event in client.log_events() if event["event"].startswith("run.")]
     assert runs == [("run.preview", None), ("run.confirm", "cancelled")]
+    assert gate.runs() == []
+
+
+# --- §11 behaviour the other suites cover only below the protocol ---------------------------------
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+def test_a_client_declaring_only_url_elicitation_gets_the_token_path(gate: Gate, era: str) -> None:
+    # §11.1: `elicitation: {url: {}}` alone is no form elicitation, on either era: no question it cannot answer.
+    environ = clean_environ(SKILLS_DIR=str(gate.base / "root"), MCP_SKILL_PYTHON=PYTHON)
+    url_only = {"elicitation": {"url": {}}}
+    call = {"name": "skill_run", "arguments": run()}
+    with running([sys.executable, "-m", "skill_mcp"], environ) as client:
+        if era == "2026-07-28":
+            call["_meta"] = {**MODERN_ASKING, "io.modelcontextprotocol/clientCapabilities": url_only}
+        else:
+            client.request("initialize", {"protocolVersion": era, "capabilities": url_only,
+                                          "clientInfo": {"name": "line-client", "version": "0"}})  # fmt: skip
+            client.notify("notifications/initialized")
+        first = tool_payload(client.request("tools/call", call))
+        call["arguments"] = run(confirmToken=first["confirmToken"])
+        ran = tool_payload(client.request("tools/call", call))
+        client.close_stdin()
+        assert client.wait() == 0
+    assert first["status"] == "confirmation-required" and ran["exitCode"] == 0
+    assert not [line for line in client.stdout_lines if b"elicitation/create" in line]
+    assert gate.runs() == [[]]
+
+
+async def ask(client: Any, arguments: dict[str, Any], **retry: Any) -> Any:
+    return await client.session.call_tool("skill_run", arguments, allow_input_required=True, **retry)
+
+
+async def test_a_request_state_answered_while_a_run_is_in_flight_stays_valid_until_it_runs(gate: Gate) -> None:
+    # §11.5/§11.3 step 6: the state's nonce is spent only once the lock is held, so a busy refusal leaves it valid.
+    service = gate.service()
+    async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as modern, \
+            connect(service.deployment, "legacy", service.call) as plain:
+        state = (await ask(modern, run("approved"))).request_state
+        slow = json.loads((await plain.call_tool("skill_run", {"name": "gate", "script": "slow.py"})).content[0].text)
+        results: dict[str, Any] = {}
+
+        async def run_slow() -> None:
+            arguments = {"name": "gate", "script": "slow.py", "confirmToken": slow["confirmToken"]}
+            results["slow"] = await plain.call_tool("skill_run", arguments)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run_slow)
+            with anyio.fail_after(5):
+                while not gate.runs():
+                    await anyio.sleep(0.02)
+            busy = await ask(modern, run("approved"), input_responses={"confirm": ACCEPT}, request_state=state)
+        ran = await ask(modern, run("approved"), input_responses={"confirm": ACCEPT}, request_state=state)
+        replay = await ask(modern, run("approved"), input_responses={"confirm": ACCEPT}, request_state=state)
+    assert "already in flight" in error_text(busy)
+    assert not results["slow"].is_error and not ran.is_error
+    assert isinstance(replay, types.InputRequiredResult) and replay.request_state != state
+    assert gate.runs() == [["slow"], ["approved"]]
+
+
+async def test_a_retry_answering_the_question_runs_the_preview_stage_again(gate: Gate) -> None:
+    # §11.3 step 2: the script removed after the question was asked is refused, whatever the answer carries.
+    service = gate.service()
+    async with connect(service.deployment, "auto", service.call, elicitation_callback=Asker()) as client:
+        state = (await ask(client, run())).request_state
+        (gate.base / "root" / "gate" / "mark.py").unlink()
+        refused = await ask(client, run(), input_responses={"confirm": ACCEPT}, request_state=state)
+    assert error_text(refused).startswith('"mark.py" is not a file in this skill')
     assert gate.runs() == []
