@@ -123,6 +123,13 @@ def _environment_warnings(config: Config, serving: bool) -> list[ConfigWarning]:
             "confirmed by one (any client without elicitation) is refused after the user approved it; make it "
             "writable (the server creates only .mcp-confirm/spent in it)"
         )))
+    elif spent_in is not None and serving and not _spent_store_owned(spent_in):
+        warnings.append(ConfigWarning("MCP_DATA_DIR", (
+            "holds a .mcp-confirm or .mcp-confirm/spent directory another user owns, which the server cannot make "
+            "private (mode 0700) as it does on each spend, so no token or request state can be recorded as spent, "
+            "and a run confirmed by one (any client without elicitation) is refused after the user approved it; "
+            "give them to the server's user, or remove them (the server creates them)"
+        )))
     if serving and config.rlimit_nproc is not None and os.geteuid() == 0:
         warnings.append(ConfigWarning("MCP_SKILL_RLIMIT_NPROC", (
             "has no effect while the server runs as root: the kernel does not hold root to RLIMIT_NPROC; run the "
@@ -139,6 +146,19 @@ def _spent_store_writable(data_dir: str) -> bool:
         if os.path.isdir(directory):
             return os.access(directory, os.W_OK | os.X_OK)
     return False
+
+
+def _spent_store_owned(data_dir: str) -> bool:
+    """Whether the store's existing directories are the server's user's own: a spend makes each private, which
+    only its owner (or root) may."""
+    store = os.path.join(data_dir, ".mcp-confirm")
+    for directory in (store, os.path.join(store, "spent")):
+        try:
+            if os.geteuid() != 0 and os.stat(directory).st_uid != os.geteuid():
+                return False
+        except OSError:  # missing: the spend creates it, as this user
+            continue
+    return True
 
 
 def _working_directory() -> str | None:

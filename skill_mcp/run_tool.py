@@ -31,7 +31,8 @@ from .text import cut, json_for_people, quoted_path
 
 LEADER_WAIT_SECONDS = 2.0  # at most, for a cancelled run's killed leader to be collected
 _SPEND_FAILED_HINT = (
-    "MCP_DATA_DIR must be an existing directory the server's user can write: the spent-token store is kept in it."
+    "MCP_DATA_DIR must be an existing directory the server's user can write, and any .mcp-confirm store in it "
+    "that user's own: the spent-token store is kept there."
 )
 
 

@@ -349,7 +349,8 @@ def test_a_spent_store_the_servers_user_cannot_write_warns_at_boot():
     try:
         (shared / "locked").mkdir(mode=0o755)  # root's: uid 10001 may enter it, not write in it
         (shared / "own" / ".mcp-confirm" / "spent").mkdir(parents=True)
-        os.chown(shared / "own" / ".mcp-confirm" / "spent", UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        for level in (".mcp-confirm", ".mcp-confirm/spent"):  # both the server's: a spend makes each private
+            os.chown(shared / "own" / level, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
 
         def data_dir_warnings(data_dir: str, serving: bool) -> list[str]:
             environ = {"MCP_CONFIRM_SECRET": "s1", "MCP_DATA_DIR": data_dir}

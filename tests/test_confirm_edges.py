@@ -17,9 +17,21 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from support import UNPRIVILEGED_UID, connect, deployment_for, error_text, needs_root, world_readable_dir, write_skill
+from support import (
+    UNPRIVILEGED_UID,
+    as_unprivileged,
+    connect,
+    deployment_for,
+    error_text,
+    needs_root,
+    world_readable_dir,
+    write_skill,
+)
 from wire import clean_environ, running, tool_payload
 
+from skill_mcp.confirm import FileSpentStore, SpentStoreError
+from skill_mcp.deployment import build_deployment
+from skill_mcp.hardening import ScrubResult
 from skill_mcp.run_tool import RunService
 
 pytestmark = pytest.mark.anyio
@@ -265,3 +277,51 @@ async def test_a_retry_answering_the_question_runs_the_preview_stage_again(gate:
         refused = await ask(client, run(), input_responses={"confirm": ACCEPT}, request_state=state)
     assert error_text(refused).startswith('"mark.py" is not a file in this skill')
     assert gate.runs() == []
+
+
+# --- the boot check of the spent store predicts the spend (§11.6) ----------------------------------
+
+STORE_LAYOUTS = {  # which of the store's levels exist, and whose they are
+    "none yet": {},
+    "all the server's": {".mcp-confirm": "server", ".mcp-confirm/spent": "server"},
+    "store root's, spent the server's": {".mcp-confirm": "root", ".mcp-confirm/spent": "server"},
+    "store the server's, spent root's and open": {".mcp-confirm": "server", ".mcp-confirm/spent": "root"},
+}
+
+
+@needs_root
+@pytest.mark.parametrize("layout", sorted(STORE_LAYOUTS))
+def test_the_boot_warns_about_the_spent_store_exactly_when_a_spend_would_fail(layout: str) -> None:
+    # A spend makes both levels private (0700), which only their owner may: a level another user owns fails every
+    # spend, so every run a token or state approved is refused after the user approved it. The boot said nothing.
+    shared = world_readable_dir()
+    try:
+        data = shared / "data"
+        data.mkdir()
+        os.chown(data, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        for rel, owner in STORE_LAYOUTS[layout].items():
+            (data / rel).mkdir(mode=0o777)
+            (data / rel).chmod(0o777)
+            if owner == "server":
+                os.chown(data / rel, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+
+        def boot_then_spend() -> tuple[list[str], str]:
+            environ = {"MCP_CONFIRM_SECRET": "s1", "MCP_DATA_DIR": str(data)}
+            _, warnings = build_deployment(environ, cwd=str(shared), scrub=ScrubResult("scrubbed", wiped_bytes=1))
+            try:
+                spent = FileSpentStore(str(data)).spend("A" * 22, 2_000_000_000_000, 1)
+            except SpentStoreError:
+                spent = False
+            return [w.problem for w in warnings if w.variable == "MCP_DATA_DIR"], "spent" if spent else "refused"
+
+        warned, spend = as_unprivileged(boot_then_spend)
+    finally:
+        shutil.rmtree(shared)
+    assert (bool(warned), spend) in ((False, "spent"), (True, "refused")), (warned, spend)
+    if warned:
+        assert warned == [
+            "holds a .mcp-confirm or .mcp-confirm/spent directory another user owns, which the server cannot make "
+            "private (mode 0700) as it does on each spend, so no token or request state can be recorded as spent, "
+            "and a run confirmed by one (any client without elicitation) is refused after the user approved it; "
+            "give them to the server's user, or remove them (the server creates them)"
+        ]
