@@ -45,9 +45,9 @@ async def serve_stdio(
     on_listening: Callable[[], None],
 ) -> None:
     """Serve until stdin closes, the client leaves or one of `ending_signals` arrives, then shut down with exit
-    status 0 within §5.1's 5 s. `on_listening` runs once signals are handled here; `on_input_end` runs when the last message has
-    been read, before the requests read are answered (_Unanswered) and the SDK cancels the calls still in flight;
-    `on_shutdown(reason)` runs once, at the end."""
+    status 0 within §5.1's 5 s. `on_listening` runs once signals are handled here; `on_input_end` runs when the
+    last message has been read, before the requests read are answered (_Unanswered) and the SDK cancels the calls
+    still in flight; `on_shutdown(reason)` runs once, at the end."""
     shutdown = _Shutdown(on_shutdown)
     deadline = _ExitDeadline(shutdown)
 

@@ -129,7 +129,9 @@ class RunService:
             self.deployment.config.elicitation,
         )
 
-    async def _path_elicitation(self, ctx: ServerRequestContext[Any], draft: Draft) -> dict[str, Any] | types.InputRequiredResult:
+    async def _path_elicitation(
+        self, ctx: ServerRequestContext[Any], draft: Draft
+    ) -> dict[str, Any] | types.InputRequiredResult:
         message, schema = confirm.elicitation_question(draft.will_run)
         try:
             with anyio.fail_after(self.deployment.config.ttl_seconds):
