@@ -584,3 +584,20 @@ async def test_wrong_params_say_which_field_and_what_it_must_be(tmp_path: Any, e
         error = (await refused(client, method, **params)).error
         assert (error.code, error.message) == (types.INVALID_PARAMS, expected)
         assert (await call(client, "skills/get", uri="skill://alpha/SKILL.md"))["skill"]  # still serving
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_listed_uri_of_a_long_non_ascii_path_is_quoted_whole_in_refusals(root: Any, era: str) -> None:
+    # 913 characters pass §6.1's 1024, but percent-encoded the URI is 5427: §12.4 wants «<uri>» verbatim.
+    rel = "/".join(["é" * 100] * 9) + "/f.md"
+    write_skill(root, "alpha", files={rel: "deep\n"})
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        uri = [resource.uri for resource in (await client.list_resources()).resources][1]
+        assert len(uri) > 5000
+        assert (await client.read_resource(uri, cache_mode="bypass")).contents[0].text == "deep\n"
+        assert f'no skill is served at "{uri}";' in (await refused(client, "skills/get", uri=uri)).error.message
+        not_a_directory = await refused(client, "resources/directory/read", uri=uri)
+        assert f'"{uri}" is not a directory resource;' in not_a_directory.error.message
+        with pytest.raises(MCPError) as undecodable:
+            await client.read_resource(uri + "%FF", cache_mode="bypass")
+        assert undecodable.value.error.message == f'"{uri}%FF" does not decode to a UTF-8 path'
