@@ -2,7 +2,8 @@
 
 Both build the deployment as `serve` does, minus the environ scrub and non-dumpable step, so what they print
 is what the server would serve; `check` also leaves out the owner's grant, since it judges skills, not a
-deployment. Formatting is pure; only the commands at the end read the environment or print.
+deployment. Findings and formatting are pure; the notes for authors read the skill's files again, and the
+commands at the end read the environment and write notes and warnings on stderr (cli.py prints the report).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .catalog import discover
-from .cli import EXIT_OK, EXIT_PROBLEMS, write_stdout
 from .deployment import Deployment, build_deployment
 from .files import read_capped_fd
 from .frontmatter import json_key
@@ -150,6 +150,9 @@ def demo_note(command: str, done: str) -> str:
 def check_lines(report: Mapping[str, Any]) -> list[str]:
     lines = [_one_line(f"{p['reason']}  {p['path']}: {p['detail']}") for p in report["problems"]]
     return [*lines, _summary(len(report["skills"]), len(report["problems"]))]
+
+
+# --- notes for authors (they read the skill's files again) ---------------------------------------
 
 
 def check_notes(deployment: Deployment) -> list[str]:
@@ -306,6 +309,9 @@ def _named(tally: PathTally) -> str:
     return ", ".join(quoted_path(path) for path in tally.first) + more
 
 
+# --- output (pure), continued ----------------------------------------------------------------
+
+
 def table_lines(listing: Mapping[str, Any]) -> list[str]:
     """The `list` table from the `skill_list` object, so both views show the same facts. Each row stays within 120
     characters (§14.3): a name is shown whole; what may run is shortened to leave a description its room
@@ -377,7 +383,8 @@ def _fit(text: str, room: int) -> str:
 # --- commands (the I/O edge) ------------------------------------------------------------------
 
 
-def check(roots: tuple[str, ...], as_json: bool) -> int:
+def check(roots: tuple[str, ...], as_json: bool) -> tuple[str, bool]:
+    """The report, and whether it found problems; its notes, and the configuration's warnings, are on stderr."""
     deployment = _deployment(roots, apply_owner_grant=False)
     findings = [finding for skill in deployment.skills for finding in spec_findings(skill)]
     problems = [*deployment.problems, *findings]
@@ -385,19 +392,18 @@ def check(roots: tuple[str, ...], as_json: bool) -> int:
     for note in check_notes(deployment):
         print(f"skill-mcp: note: {_one_line(note)}", file=sys.stderr)
     output = _json(report) if as_json else "\n".join(check_lines(report))
-    return _print(output, EXIT_PROBLEMS if problems else EXIT_OK)
+    return output, bool(problems)
 
 
-def list_deployment(roots: tuple[str, ...], as_json: bool, egress: bool) -> int:
+def list_deployment(roots: tuple[str, ...], as_json: bool, egress: bool) -> str:
     deployment = _deployment(roots, apply_owner_grant=True)
     if deployment.roots_from == "default":
         print(f"skill-mcp: note: {demo_note('list', 'lists')}", file=sys.stderr)
     listing = skill_list(deployment)
     if egress:
         hosts = egress_allowlist(listing)
-        return _print(json.dumps(hosts) if as_json else "\n".join(hosts), EXIT_OK)
-    output = _json(listing) if as_json else "\n".join(table_lines(listing))
-    return _print(output, EXIT_OK)
+        return json.dumps(hosts) if as_json else "\n".join(hosts)
+    return _json(listing) if as_json else "\n".join(table_lines(listing))
 
 
 def _json(document: Mapping[str, Any]) -> str:
@@ -412,9 +418,3 @@ def _deployment(roots: tuple[str, ...], apply_owner_grant: bool) -> Deployment:
     for warning in warnings:
         print(f"skill-mcp: warning: {warning.variable}: {warning.problem}", file=sys.stderr)
     return deployment
-
-
-def _print(text: str, code: int) -> int:
-    # A root given as an argument or variable may hold undecodable bytes; print them escaped, not crash.
-    sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-    return write_stdout(text, code)

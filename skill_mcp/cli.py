@@ -100,9 +100,13 @@ def _run(args: list[str]) -> int:
         return serve()
     from . import authoring
 
+    # A root given as an argument or variable may hold undecodable bytes; they are printed escaped, not a crash.
+    sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     if options.command == "check":
-        return authoring.check(tuple(options.roots), as_json=options.json)
-    return authoring.list_deployment(tuple(options.roots), as_json=options.json, egress=options.egress)
+        report, found_problems = authoring.check(tuple(options.roots), as_json=options.json)
+        return write_stdout(report, EXIT_PROBLEMS if found_problems else EXIT_OK)
+    listing = authoring.list_deployment(tuple(options.roots), as_json=options.json, egress=options.egress)
+    return write_stdout(listing, EXIT_OK)
 
 
 def write_stdout(text: str, code: int) -> int:
