@@ -15,6 +15,8 @@ from .version import VERSION
 if TYPE_CHECKING:
     import argparse
 
+    from .hardening import ScrubResult
+
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 # sysexits.h's EX_IOERR: an output that failed is neither "problems found" (1) nor a usage error (2).
 EXIT_OUTPUT = 74
@@ -157,6 +159,25 @@ def _exit_on_signals(signals: tuple[signal.Signals, ...]) -> None:
         signal.signal(each, lambda *_: os._exit(EXIT_OK))
 
 
+def _harden_process() -> tuple[ScrubResult, dict[str, str], bool]:
+    """The environ scrub, the non-dumpable flag, orphan adoption and the process settings runs rely on; returns
+    the scrub's result, the operator's environment as it was, and whether the process is non-dumpable."""
+    from . import hardening
+
+    scrub = hardening.scrub_environ()
+    environ = dict(os.environ)  # the operator's: what the server sets for itself below is never a script's
+    non_dumpable = hardening.make_non_dumpable()
+    # This process starts nothing but scripts: what one leaves running is reparented here, where it is killed.
+    hardening.adopt_orphans()
+    # An ignored SIGCHLD (inherited through exec) would have the kernel collect every script, and its exit
+    # status with it.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    from .files import keep_read_buffers_on_heap
+
+    keep_read_buffers_on_heap()
+    return scrub, environ, non_dumpable
+
+
 def serve() -> int:
     # Until the stdio loop listens for signals (boot takes ~0.2 s), and again once it has stopped (the log lines
     # still draining to a slow stderr), a signal ends the process at once and cleanly: Python's defaults would
@@ -167,21 +188,7 @@ def serve() -> int:
     # its dataclasses' methods compile at first call (startup.py: frozen-gc, deferred-methods); discovery, after
     # it, leaves garbage to collect.
     with fast_imports():
-        # Hardening comes first, before any thread exists and before the environment is read.
-        from . import hardening
-
-        scrub = hardening.scrub_environ()
-        environ = dict(os.environ)  # the operator's: what the server sets for itself below is never a script's
-        non_dumpable = hardening.make_non_dumpable()
-        # This process starts nothing but scripts: what one leaves running is reparented here, where it is killed.
-        hardening.adopt_orphans()
-        # An ignored SIGCHLD (inherited through exec) would have the kernel collect every script, and its exit
-        # status with it.
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        from .files import keep_read_buffers_on_heap
-
-        keep_read_buffers_on_heap()
-
+        scrub, environ, non_dumpable = _harden_process()  # first: before any thread exists or the environment is read
         # A pydantic plugin (any installed package's `pydantic` entry point) would see every validated message,
         # file contents and arguments included, which no log of ours may carry; none is loaded, or searched for.
         os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
