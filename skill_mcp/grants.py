@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from skill_mcp.config import Config
+from skill_mcp.limits import ENV_NAME_PATTERN
 from skill_mcp.model import Problem, RunEntry, Skill
 from skill_mcp.text import quoted, quoted_path
 
@@ -141,9 +142,19 @@ def apply_grant(
             )))
             continue
         names = granted.setdefault((row.skill, row.script), set())
-        for name in dict.fromkeys(row.env or ()):
+        seen: set[str] = set()
+        for item, name in enumerate(row.env or ()):
+            if name in seen:
+                continue
+            seen.add(name)
             if name in run.env:
                 names.add(name)
+            elif not ENV_NAME_PATTERN.fullmatch(name):
+                # By its index only, as a declaration's (§4.4): an item such as `KEY=value` would carry a secret.
+                problems.append(Problem(skill.real_dir, "grant", (
+                    f"{where} env item {item} is not a variable name (letters, digits, _), so it grants nothing; "
+                    "list variable names only: a script is handed each one's value from the server's environment"
+                )))
             else:
                 problems.append(Problem(skill.real_dir, "grant", (
                     f"{where} grants variable {quoted(name)} to script {quoted_path(row.script)} "

@@ -1,8 +1,13 @@
 """SPEC §10 grants: parsing, resolution, narrowing (§17 items 8–10, 13, 125–130)."""
 
+import json
+import sys
+
 import pytest
+from conftest import make_skill
 from hypothesis import given
 from hypothesis import strategies as st
+from wire import clean_environ, legacy_handshake, running, tool_payload
 
 from skill_mcp.config import load_config
 from skill_mcp.grants import (
@@ -249,3 +254,32 @@ def test_a_row_must_name_the_declared_script_string_exactly(script):
     effective, problems = apply_grant([WEATHER], granted(f'[{{"skill": "weather", "script": "{script}"}}]'))
     assert effective == {"weather": ()}
     assert [(p.reason, script in p.detail) for p in problems] == [("grant", True)]
+
+
+def test_a_grant_env_item_that_is_no_variable_name_is_reported_by_index_never_echoed(tmp_path):
+    # An owner who thinks a grant carries values (`"env": ["API_KEY=sk-…"]`) must not see the secret reach the
+    # client in skill_list's problems, nor the log: the item is named by its index, as a declaration's is (§4.4).
+    secret = "sk-live-0123456789abcdef"
+    make_skill(tmp_path, "weather", """\
+        name: weather
+        description: Forecasts.
+        mcp-host:
+          version: 1
+          run:
+            - script: scripts/fetch.py
+              interpreter: python3
+              env: [API_KEY]
+        """, files={"scripts/fetch.py": "print(1)\n"})
+    grant = json.dumps([{"skill": "weather", "script": "scripts/fetch.py", "env": ["API_KEY", f"API_KEY={secret}"]}])
+    environ = clean_environ(MCP_SKILLS_PATH=str(tmp_path), MCP_SKILL_RUN=grant)
+    with running([sys.executable, "-m", "skill_mcp"], environ) as client:
+        legacy_handshake(client)
+        listing = tool_payload(client.request("tools/call", {"name": "skill_list", "arguments": {}}))
+        client.close_stdin()
+        assert client.wait() == 0
+    assert [script["env"] for script in listing["skills"][0]["scripts"]] == [["API_KEY"]]
+    assert [problem["detail"] for problem in listing["problems"]] == [
+        "MCP_SKILL_RUN row 0 env item 1 is not a variable name (letters, digits, _), so it grants nothing; list "
+        "variable names only: a script is handed each one's value from the server's environment"
+    ]
+    assert secret not in json.dumps(listing) and secret not in client.stderr_text()
