@@ -7,15 +7,16 @@ The server and the CLI build the same `Deployment`, so `skill-mcp list --json` a
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .catalog import discover
-from .config import BUNDLED_ROOT, Config, ConfigWarning, absolute_root, load_config
+from .config import BUNDLED_ROOT, MIB, Config, ConfigWarning, absolute_root, load_config
 from .confirm import spent_dir
 from .extension_members import split_extension_skills
 from .grants import NO_GRANT, GrantState, apply_grant, resolve_grant
-from .hardening import Hardening, ScrubResult, prctl_available, run_block_reason
+from .hardening import Hardening, ScrubResult, may_raise_rlimits, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
 from .model import Problem, RunEntry, Skill
 from .text import quoted
@@ -134,6 +135,27 @@ def _environment_warnings(config: Config, serving: bool) -> list[ConfigWarning]:
         warnings.append(ConfigWarning("MCP_SKILL_RLIMIT_NPROC", (
             "has no effect while the server runs as root: the kernel does not hold root to RLIMIT_NPROC; run the "
             "server as an unprivileged user"
+        )))
+    if serving:
+        warnings += _rlimits_above_hard(config)
+    return warnings
+
+
+def _rlimits_above_hard(config: Config) -> list[ConfigWarning]:
+    """A per-script limit above the hard one the server was started with: a child may not raise it, so each
+    script's setrlimit would fail and no script would start (§9.8)."""
+    warnings = []
+    for variable, value, kind, unit, scale in (
+        ("MCP_SKILL_RLIMIT_NPROC", config.rlimit_nproc, resource.RLIMIT_NPROC, "processes", 1),
+        ("MCP_SKILL_RLIMIT_AS_MB", config.rlimit_as_mb, resource.RLIMIT_AS, "MiB", MIB),
+    ):
+        hard = resource.getrlimit(kind)[1]
+        if value is None or hard == resource.RLIM_INFINITY or value * scale <= hard or may_raise_rlimits():
+            continue
+        warnings.append(ConfigWarning(variable, (
+            f"is above the hard limit the server was started with ({hard // scale} {unit}), which a script may not "
+            "raise, so every script would fail to start; set it to at most that, or start the server with a "
+            "higher hard limit"
         )))
     return warnings
 

@@ -50,6 +50,22 @@ def prctl_available() -> bool:
     return _LIBC is not None and hasattr(_LIBC, "prctl")
 
 
+CAP_SYS_RESOURCE = 24
+
+
+def may_raise_rlimits() -> bool:
+    """Whether this process may raise a hard rlimit (CAP_SYS_RESOURCE, which a child inherits); without
+    /proc, whether it is root."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.geteuid() == 0
+
+
 @dataclass(frozen=True, slots=True)
 class ScrubResult:
     status: str  # "scrubbed" | "failed" | "unsupported"

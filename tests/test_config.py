@@ -2,12 +2,14 @@
 
 import os
 import shutil
+import sys
 
 import pytest
 from conftest import make_skill
 from hypothesis import given
 from hypothesis import strategies as st
-from support import UNPRIVILEGED_UID, as_unprivileged, deployment_for, world_readable_dir
+from support import UNPRIVILEGED_UID, as_unprivileged, deployment_for, needs_root, world_readable_dir
+from wire import clean_environ, legacy_handshake, running
 
 from skill_mcp.config import BUNDLED_ROOT, NO_GRANT_FROM_PLACEHOLDER, Config, ConfigWarning, load_config, read_var
 from skill_mcp.deployment import build_deployment
@@ -396,3 +398,32 @@ def test_a_grant_that_counts_as_unset_although_set_warns_without_its_value(value
 @pytest.mark.parametrize("value", ["", "   "])
 def test_an_empty_grant_is_unset_without_a_warning(value):
     assert load_config({"MCP_SKILL_RUN": value}, "/work", BUNDLED)[1] == []
+
+
+@needs_root
+@pytest.mark.skipif(not shutil.which("prlimit"), reason="needs prlimit")
+@pytest.mark.parametrize(
+    ("name", "option", "hard", "shown"),
+    [("MCP_SKILL_RLIMIT_NPROC", "--nproc", 500, "500 processes"),
+     ("MCP_SKILL_RLIMIT_AS_MB", "--as", 8 * 2**30, "8192 MiB")],
+)  # fmt: skip
+def test_a_script_limit_above_the_servers_hard_limit_warns_at_boot_that_no_script_would_start(name, option, hard, shown):
+    # A script may not raise a hard limit it inherits, so every run failed to start, after its confirmation: the
+    # boot said nothing, and skill_list reported the limit as applied.
+    command = ["prlimit", f"{option}={hard}:{hard}", "setpriv", f"--reuid={UNPRIVILEGED_UID}",
+               f"--regid={UNPRIVILEGED_UID}", "--clear-groups", sys.executable, "-m", "skill_mcp"]  # fmt: skip
+    seen = {}
+    for value in ("100000", "400"):
+        with running(command, clean_environ(**{name: value}), cwd="/") as client:
+            legacy_handshake(client)
+            client.close_stdin()
+            assert client.wait() == 0
+        seen[value] = [event["problem"] for event in client.log_events()
+                       if event["event"] == "config.warning" and event["variable"] == name]  # fmt: skip
+    assert seen == {
+        "100000": [
+            f"is above the hard limit the server was started with ({shown}), which a script may not raise, so every "
+            "script would fail to start; set it to at most that, or start the server with a higher hard limit"
+        ],
+        "400": [],
+    }
