@@ -401,6 +401,11 @@ def list_deployment(roots: tuple[str, ...], as_json: bool, egress: bool) -> str:
         print(f"skill-mcp: note: {demo_note('list', 'lists')}", file=sys.stderr)
     listing = skill_list(deployment)
     if egress:
+        # The table ends with these, the JSON carries them; an allowlist has no room for why it is empty.
+        if "grantError" in listing:
+            print(f"skill-mcp: warning: MCP_SKILL_RUN: {_one_line(listing['grantError'])}", file=sys.stderr)
+        if "grantNote" in listing:
+            print(f"skill-mcp: note: {_one_line(listing['grantNote'])}", file=sys.stderr)
         hosts = egress_allowlist(listing)
         return json.dumps(hosts) if as_json else "\n".join(hosts)
     return _json(listing) if as_json else "\n".join(table_lines(listing))

@@ -793,3 +793,24 @@ def test_a_first_line_written_as_the_interpreter_exits_is_written_and_the_exit_n
                           env={**os.environ, "PYTHONUNBUFFERED": ""})  # fmt: skip
     assert "Exception ignored" in done.stderr and "No space left on device" in done.stderr
     assert done.returncode == 120  # Python's own status for a failed flush at exit
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"MCP_SKILL_RUN": '[{"skill": "fetch"}]'}, 'skill-mcp: warning: MCP_SKILL_RUN: MCP_SKILL_RUN row 0 is missing '
+         '"script"; nothing is granted, so no script may run until it is fixed\n'),
+        ({"MCP_DATA_DIR": "/data"}, "skill-mcp: note: A host-injected variable (MCP_DATA_DIR) is set and no "
+         "MCP_SKILL_RUN grant was supplied, so nothing may run here"),
+        ({}, None),
+    ],
+    ids=["malformed-grant", "hosted-default", "standalone"],
+)  # fmt: skip
+def test_list_egress_says_on_stderr_why_the_grant_leaves_it_empty(root: Path, elsewhere: Path, env: dict, said):
+    # The appliance computes its allowlist with `list --egress`: an empty one came with no word of the cause.
+    runnable_tree(root)
+    env = {**env, "MCP_SKILL_PYTHON": outside_venv_python()}
+    for args in (["list", str(root), "--egress"], ["list", str(root), "--egress", "--json"]):
+        code, stdout, stderr = run_cli(args, elsewhere, env)
+        assert code == 0 and "MCP_SKILL_RUN" not in stdout
+        assert (said in stderr) if said else "MCP_SKILL_RUN" not in stderr
