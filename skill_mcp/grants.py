@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from skill_mcp.config import Config
-from skill_mcp.limits import ENV_NAME_PATTERN
+from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST, ENV_NAME_PATTERN, RESERVED_SCRIPT_ENV
 from skill_mcp.model import Problem, RunEntry, Skill
 from skill_mcp.text import quoted, quoted_path
 
@@ -158,8 +158,7 @@ def apply_grant(
             else:
                 problems.append(Problem(skill.real_dir, "grant", (
                     f"{where} grants variable {quoted(name)} to script {quoted_path(row.script)} "
-                    f"of skill {quoted(row.skill)}, "
-                    "which the script does not declare, so it is not handed over"
+                    f"of skill {quoted(row.skill)}, {_why_not_granted(name)}"
                 )))
     effective = {
         skill.name: tuple(
@@ -170,3 +169,12 @@ def apply_grant(
         for skill in skills
     }
     return effective, problems
+
+
+def _why_not_granted(name: str) -> str:
+    """What a grant of an undeclared `name` changes: nothing, but not always because the script did not ask."""
+    if name in RESERVED_SCRIPT_ENV:  # a declaration asking for it drew its own problem (§4.4)
+        return "which is reserved, so it is never handed to a script"
+    if name in (*AMBIENT_SCRIPT_ALLOWLIST, "MCP_DATA_DIR"):
+        return "which every script is handed anyway when the server has it; no grant is needed"
+    return "which the script does not declare, so it is not handed over"

@@ -283,3 +283,32 @@ def test_a_grant_env_item_that_is_no_variable_name_is_reported_by_index_never_ec
         "variable names only: a script is handed each one's value from the server's environment"
     ]
     assert secret not in json.dumps(listing) and secret not in client.stderr_text()
+
+
+def test_a_grant_of_a_reserved_or_ambient_variable_says_what_becomes_of_it(tmp_path):
+    # "the script does not declare, so it is not handed over" was false twice: SKILL.md did ask for HTTPS_PROXY
+    # (refused as reserved), and PATH, which no script declares, is handed over anyway.
+    make_skill(tmp_path, "weather", """\
+        name: weather
+        description: Forecasts.
+        mcp-host:
+          version: 1
+          run:
+            - script: scripts/fetch.py
+              interpreter: python3
+              env: [API_KEY, HTTPS_PROXY]
+        """, files={"scripts/fetch.py": "print(1)\n"})
+    names = ["API_KEY", "HTTPS_PROXY", "PATH", "MCP_DATA_DIR", "OTHER"]
+    grant = json.dumps([{"skill": "weather", "script": "scripts/fetch.py", "env": names}])
+    with running([sys.executable, "-m", "skill_mcp"], clean_environ(MCP_SKILLS_PATH=str(tmp_path), MCP_SKILL_RUN=grant)) as client:
+        legacy_handshake(client)
+        listing = tool_payload(client.request("tools/call", {"name": "skill_list", "arguments": {}}))
+        client.close_stdin()
+        assert client.wait() == 0
+    prefix = 'MCP_SKILL_RUN row 0 grants variable "{}" to script "scripts/fetch.py" of skill "weather", '
+    assert [p["detail"] for p in listing["problems"] if p["reason"] == "grant"] == [
+        prefix.format("HTTPS_PROXY") + "which is reserved, so it is never handed to a script",
+        prefix.format("PATH") + "which every script is handed anyway when the server has it; no grant is needed",
+        prefix.format("MCP_DATA_DIR") + "which every script is handed anyway when the server has it; no grant is needed",
+        prefix.format("OTHER") + "which the script does not declare, so it is not handed over",
+    ]
