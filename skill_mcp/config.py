@@ -126,7 +126,8 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
     if ttl is None:
         warnings.append(ConfigWarning(
             "MCP_CONFIRM_TTL_SECONDS",
-            f"not a decimal integer from 1 to {TTL_MAX_SECONDS}; confirmation mode becomes refuse",
+            f"not a decimal integer from 1 to {TTL_MAX_SECONDS} written without sign or leading zero; confirmation "
+            "mode becomes refuse, so a client that cannot answer a question in the call can run nothing",
         ))
         mode_reason = "ttl-invalid"
     if var("MCP_CONFIRM_SECRET") is not None and not os.path.isabs(var("MCP_DATA_DIR") or ""):

@@ -348,7 +348,7 @@ _UNSUPPORTED_WHY: dict[str, str] = {
     "no-elicitation": "the client declares no MCP elicitation capability",
     "elicitation-off": "elicitation is disabled by MCP_CONFIRM_ELICITATION=off",
     "ttl-invalid": "MCP_CONFIRM_TTL_SECONDS is invalid "
-    f"(it must be a whole number of seconds from 1 to {TTL_MAX_SECONDS})",
+    f"(it must be a whole number of seconds from 1 to {TTL_MAX_SECONDS}, written without a leading zero)",
     "mode-unknown": f"MCP_CONFIRM_MODE is not a known mode ({', '.join(CONFIRM_MODES[:-1])} or {CONFIRM_MODES[-1]}), "
     "so it counts as refuse",
 }

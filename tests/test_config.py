@@ -9,7 +9,7 @@ from conftest import make_skill
 from hypothesis import given
 from hypothesis import strategies as st
 from support import UNPRIVILEGED_UID, as_unprivileged, deployment_for, needs_root, world_readable_dir
-from wire import clean_environ, legacy_handshake, running
+from wire import clean_environ, legacy_handshake, running, tool_payload
 
 from skill_mcp.config import BUNDLED_ROOT, NO_GRANT_FROM_PLACEHOLDER, Config, ConfigWarning, load_config, read_var
 from skill_mcp.deployment import build_deployment
@@ -143,9 +143,28 @@ def test_unknown_confirm_mode_refuses_with_one_warning():
 def test_invalid_ttl_makes_the_mode_refuse(value):
     config, warnings = load(MCP_CONFIRM_MODE="auto", MCP_CONFIRM_TTL_SECONDS=value)
     assert (config.confirm_mode, config.confirm_mode_reason, config.ttl_seconds) == ("refuse", "ttl-invalid", 600)
-    assert warnings == [ConfigWarning(
-        "MCP_CONFIRM_TTL_SECONDS", "not a decimal integer from 1 to 86400; confirmation mode becomes refuse"
-    )]
+    assert warnings == [ConfigWarning("MCP_CONFIRM_TTL_SECONDS", TTL_INVALID)]
+
+
+TTL_INVALID = (
+    "not a decimal integer from 1 to 86400 written without sign or leading zero; confirmation mode becomes refuse, "
+    "so a client that cannot answer a question in the call can run nothing"
+)
+
+
+def test_a_ttl_with_a_leading_zero_is_refused_by_the_server_saying_so():
+    # "0600" is a whole number from 1 to 86400 as anyone reads it: the warning and the refusal must say what is
+    # wrong with it.
+    environ = clean_environ(MCP_CONFIRM_TTL_SECONDS="0600", MCP_SKILL_PYTHON=os.path.realpath(sys.executable))
+    with running([sys.executable, "-m", "skill_mcp"], environ, cwd="/") as client:
+        legacy_handshake(client)
+        demo = {"name": "skill-mcp-demo", "script": "scripts/report.py"}
+        refused = tool_payload(client.request("tools/call", {"name": "skill_run", "arguments": demo}))
+        client.close_stdin()
+        assert client.wait() == 0
+    warnings = [e["problem"] for e in client.log_events() if e["event"] == "config.warning"]
+    assert TTL_INVALID in warnings and "0600" not in client.stderr_text()
+    assert refused["reason"] == "confirmation-unsupported" and "without a leading zero" in refused["note"]
 
 
 @pytest.mark.parametrize(("value", "ttl"), [("1", 1), ("86400", 86400), (" 30 ", 30)])

@@ -74,7 +74,8 @@ MARK_GRANT = json.dumps([{"skill": "fence", "script": "scripts/mark.py"}])
 UNSUPPORTED_WHY = {
     "no-elicitation": "the client declares no MCP elicitation capability",
     "elicitation-off": "elicitation is disabled by MCP_CONFIRM_ELICITATION=off",
-    "ttl-invalid": "MCP_CONFIRM_TTL_SECONDS is invalid (it must be a whole number of seconds from 1 to 86400)",
+    "ttl-invalid": "MCP_CONFIRM_TTL_SECONDS is invalid (it must be a whole number of seconds from 1 to 86400, "
+    "written without a leading zero)",
     "mode-unknown": "MCP_CONFIRM_MODE is not a known mode (ask-user, auto or refuse), so it counts as refuse",
 }
 CONFIRM_SCHEMA = {
