@@ -1,0 +1,348 @@
+"""`skill_run` checked against SPEC §9.2-§9.5 rule by rule, with real scripts through the real server in both eras:
+edge values of the result (empty, 255, a signal, output at and past the cap, bytes that are no UTF-8), what
+decides the interpreter, the timeout clamp, the drain and the hard deadline, `networkNote` and start failures.
+
+The server here is in-process and does not adopt orphans (only `serve` does), so a grandchild that left the
+session outlives its leader, as §9.4's drain and hard deadline describe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+from support import ERAS, connect, deployment_for, error_text, kill_quietly, payload, write_skill
+
+from skill_mcp.limits import MAX_OUTPUT_BYTES
+from skill_mcp.run_tool import RunService
+
+pytestmark = pytest.mark.anyio
+
+PYTHON = "/usr/bin/python3"
+NODE = "/usr/bin/node" if os.path.isfile("/usr/bin/node") else shutil.which("node")
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed on this machine; Node cases skipped")
+
+# name -> (source, timeout in seconds or None)
+SCRIPTS: dict[str, tuple[str, float | None]] = {
+    "empty.py": ("", None),
+    "exit255.py": ("import sys\nsys.exit(255)\n", None),
+    "killed.py": ("import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n", None),
+    "exit3.py": ("import sys\nsys.exit(3)\n", None),
+    # stdout and stderr closed long before the exit: the run ends at the exit, with its code, not at the close.
+    "closes.py": ("import os, time\nos.write(1, b'early')\nos.close(1)\nos.close(2)\ntime.sleep(1)\nos._exit(7)\n",
+                  None),
+    "at_cap.py": (f"import os\nfor _ in range(16): os.write(1, b'x' * 65536)\nos.write(2, b'y' * {MAX_OUTPUT_BYTES})\n",
+                  None),
+    "past_cap.py": (f"import os\nos.write(1, b'x' * {MAX_OUTPUT_BYTES + 1})\nos.write(2, b'e')\n", None),
+    # 1048575 ASCII bytes, then "é" (C3 A9): the cap cuts it after its first byte.
+    "cut.py": (f"import os\nos.write(1, b'x' * {MAX_OUTPUT_BYTES - 1} + 'é'.encode())\n", None),
+    "bad_utf8.py": ("import os\nos.write(1, b'a\\xffb\\xc3(c\\x00d')\nos.write(2, 'ok é ✓'.encode())\n", None),
+    "terms.py": ("import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+                 "print('up', flush=True)\ntime.sleep(60)\n", 0.5),
+    # Python runs these, as declared, whatever their extension or first line says.
+    "tool.js": ("#!/usr/bin/env node\nimport sys\nprint(sys.implementation.name)\n", None),
+    "tool.sh": ("#!/bin/sh\nimport sys\nprint(sys.implementation.name)\n", None),
+    "clamp300.py": ("print('ok')\n", 300),
+    "clamp301.py": ("print('ok')\n", 301),
+    # The leader exits at once; a child that left the session writes ten chunks 50 ms apart once the leader has
+    # gone, then exits (closing the pipes): each chunk re-arms the 250 ms drain, so all ten are kept.
+    "after_exit.py": (textwrap.dedent("""\
+        import os, time
+        leader = os.getpid()
+        if os.fork() == 0:
+            os.setsid()
+            while os.getppid() == leader:
+                time.sleep(0.005)
+            for n in range(10):
+                time.sleep(0.05)
+                os.write(1, f"chunk {n}\\n".encode())
+            os._exit(0)
+        print("leader", flush=True)
+        """), 20),
+    "detached_spinner.py": ((Path(__file__).parent / "fixtures" / "scripts" / "detached_spinner.py").read_text(), 0.5),
+}
+NODE_SCRIPTS: dict[str, tuple[str, float | None]] = {
+    "empty.js": ("", None),
+    "tool.py": ("#!/usr/bin/env python3\nconsole.log(process.release.name)\n", None),
+}
+
+
+def frontmatter(scripts: dict[str, tuple[str, float | None]], node: bool) -> str:
+    lines = ["name: edge", "description: Edge values.", "mcp-host:", "  version: 1", "  run:"]
+    for name, (_, timeout) in scripts.items():
+        interpreter = "node" if node and name in NODE_SCRIPTS else "python3"
+        lines += [f"    - script: {name}", f"      interpreter: {interpreter}"]
+        if timeout is not None:
+            lines.append(f"      timeout: {timeout}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    scripts = {**SCRIPTS, **(NODE_SCRIPTS if NODE else {})}
+    skills = tmp_path.resolve() / "root"
+    write_skill(skills, "edge", frontmatter(scripts, NODE is not None),
+                files={name: source for name, (source, _) in scripts.items()})
+    return skills
+
+
+def service_for(root: Path, **extra: str) -> RunService:
+    environ = {"SKILLS_DIR": str(root), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON, **extra}
+    if NODE:
+        environ["MCP_SKILL_NODE"] = NODE
+    return RunService(deployment_for(environ))
+
+
+async def preview(client: Any, script: str, **extra: Any) -> dict[str, Any]:
+    body = payload(await client.call_tool("skill_run", {"name": "edge", "script": script, **extra}))
+    assert body["status"] == "confirmation-required", body
+    return body
+
+
+async def run(client: Any, script: str, **extra: Any) -> dict[str, Any]:
+    token = (await preview(client, script, **extra))["confirmToken"]
+    return payload(await client.call_tool("skill_run", {"name": "edge", "script": script, **extra, "confirmToken": token}))
+
+
+def result(script: str, interpreter: str = "python3", **fields: Any) -> dict[str, Any]:
+    """A §9.5 result for `script` with every field but durationMs; `fields` override the defaults."""
+    return {
+        "skill": "edge", "script": script, "interpreter": interpreter, "exitCode": 0, "signal": None, "stdout": "",
+        "stderr": "", "truncated": {"stdout": False, "stderr": False}, "timedOut": False, "timeoutMs": 60000,
+        "env": ["PATH"], **fields,
+    }
+
+
+def without_duration(ran: dict[str, Any]) -> dict[str, Any]:
+    assert type(ran["durationMs"]) is int and ran["durationMs"] >= 0, ran
+    return {key: value for key, value in ran.items() if key != "durationMs"}
+
+
+# --- §9.5: the result's fields at their edge values ----------------------------------------------
+
+
+EDGE_RESULTS = {
+    "empty.py": {},
+    "exit255.py": {"exitCode": 255},
+    "killed.py": {"exitCode": None, "signal": "SIGKILL", "stdout": "before\n"},
+    "closes.py": {"exitCode": 7, "stdout": "early"},
+    "bad_utf8.py": {"stdout": "a\ufffdb\ufffd(c\x00d", "stderr": "ok é ✓"},
+}
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("script", sorted(EDGE_RESULTS))
+async def test_edge_exits_and_outputs_are_reported_exactly(root: Path, era: str, script: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        ran = await run(client, script)
+    assert without_duration(ran) == result(script, **EDGE_RESULTS[script])
+    assert type(ran["exitCode"]) is int or ran["exitCode"] is None  # never a bool
+    if script == "closes.py":
+        assert ran["durationMs"] >= 1000  # it waited for the exit, not for the pipes, which closed at once
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_zero_byte_script_previews_its_empty_hash_and_runs(root: Path, era: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        will_run = (await preview(client, "empty.py"))["preview"]["willRun"]
+        ran = await run(client, "empty.py")
+    assert will_run["scriptSha256"] == hashlib.sha256(b"").hexdigest()
+    assert without_duration(ran) == result("empty.py")
+
+
+@needs_node
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_zero_byte_node_script_runs(root: Path, era: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        ran = await run(client, "empty.js")
+    assert without_duration(ran) == result("empty.js", "node")
+
+
+CAPS = {
+    # exactly the cap on both streams, stdout over many reads: nothing dropped
+    "at_cap.py": ("x" * MAX_OUTPUT_BYTES, "y" * MAX_OUTPUT_BYTES, {"stdout": False, "stderr": False}),
+    # one byte over on stdout; stderr, its own cap, keeps its byte
+    "past_cap.py": ("x" * MAX_OUTPUT_BYTES, "e", {"stdout": True, "stderr": False}),
+    # the cut falls inside "é": its first byte is kept, and decodes as U+FFFD
+    "cut.py": ("x" * (MAX_OUTPUT_BYTES - 1) + "\ufffd", "", {"stdout": True, "stderr": False}),
+}
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("script", sorted(CAPS))
+async def test_output_caps_and_truncation_flags(root: Path, era: str, script: str) -> None:
+    stdout, stderr, truncated = CAPS[script]
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        ran = await run(client, script)
+    assert (ran["stdout"] == stdout, ran["stderr"] == stderr, ran["truncated"]) == (True, True, truncated)
+    assert (ran["exitCode"], ran["signal"], ran["timedOut"]) == (0, None, False)
+
+
+# --- §9.3: the declaration alone picks the interpreter ---------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("script", ["tool.js", "tool.sh"])
+async def test_the_interpreter_is_the_declared_one_whatever_the_extension_or_shebang(
+    root: Path, era: str, script: str
+) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        ran = await run(client, script)
+    assert without_duration(ran) == result(script, stdout="cpython\n")
+
+
+@needs_node
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_py_file_declared_for_node_runs_on_node(root: Path, era: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        ran = await run(client, "tool.py")
+    assert without_duration(ran) == result("tool.py", "node", stdout="node\n")
+
+
+# --- §9.2: omitted args and [] are one call -----------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_omitted_args_and_an_empty_list_are_the_same_approval(root: Path, era: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        omitted = await preview(client, "exit255.py")
+        empty = await preview(client, "exit255.py", args=[])
+        ran_empty = await client.call_tool("skill_run", {"name": "edge", "script": "exit255.py", "args": [],
+                                                         "confirmToken": omitted["confirmToken"]})
+        ran_omitted = await client.call_tool("skill_run", {"name": "edge", "script": "exit255.py",
+                                                           "confirmToken": empty["confirmToken"]})
+    assert omitted["preview"] == empty["preview"]
+    assert omitted["preview"]["willRun"]["argv"] == ["exit255.py"]
+    assert [payload(ran)["exitCode"] for ran in (ran_empty, ran_omitted)] == [255, 255]
+
+
+# --- §9.4: the timeout clamp, the drain, the hard deadline ----------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("script", ["clamp300.py", "clamp301.py"])
+async def test_a_timeout_at_or_over_the_clamp_is_300000_ms_everywhere(root: Path, era: str, script: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        listed = payload(await client.call_tool("skill_list", {}))
+        will_run = (await preview(client, script))["preview"]["willRun"]
+        ran = await run(client, script)
+    (edge,) = listed["skills"]
+    assert [entry["timeoutMs"] for entry in edge["scripts"] if entry["script"] == script] == [300000]
+    assert will_run["timeoutMs"] == 300000
+    assert without_duration(ran) == result(script, stdout="ok\n", timeoutMs=300000)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_output_written_after_the_exit_is_kept_while_each_chunk_rearms_the_drain(root: Path, era: str) -> None:
+    # The ten chunks span 500 ms after the exit, twice the drain: a drain that is not re-armed loses most of them.
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        ran = await run(client, "after_exit.py")
+    chunks = "".join(f"chunk {n}\n" for n in range(10))
+    assert without_duration(ran) == result("after_exit.py", stdout="leader\n" + chunks, timeoutMs=20000)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_writer_outliving_its_leader_is_cut_at_the_hard_deadline_and_frees_the_lock(
+    root: Path, era: str
+) -> None:
+    # §9.4 and §17 item 115: the drain never expires, so the run settles at timeout + 3250 ms, timedOut next to
+    # the leader's real exit code; the next run is not refused as busy.
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        spun = await run(client, "detached_spinner.py")
+        grandchild = int(re.search(r"grandchild (\d+)", spun["stdout"]).group(1))
+        try:
+            after = await run(client, "exit255.py")
+        finally:
+            kill_quietly(grandchild)
+    assert (spun["exitCode"], spun["signal"], spun["timedOut"], spun["timeoutMs"]) == (0, None, True, 500)
+    assert "leader done\n" in spun["stdout"] and "tick\n" in spun["stdout"]
+    assert spun["durationMs"] >= 500 + 3250
+    assert after["exitCode"] == 255
+
+
+# --- §9.5: networkNote --------------------------------------------------------------------------
+
+
+NOTE_CASES = {
+    # a death by signal (exitCode null) behind a proxy, the lowercase variable counting as much as the others
+    "signal, http_proxy": ("killed.py", {"http_proxy": "http://proxy.invalid:3128"}, True),
+    # a timed-out run whose script exited 0 on its SIGTERM still failed
+    "timed out, HTTPS_PROXY": ("terms.py", {"HTTPS_PROXY": "http://proxy.invalid:3128"}, True),
+    "exit 255, fenced": ("exit255.py", {"MCP_EGRESS_FENCED": "1"}, True),
+    # success carries no note, fenced or not
+    "success, fenced and proxied": ("empty.py", {"MCP_EGRESS_FENCED": "1", "HTTP_PROXY": "http://p.invalid"}, False),
+    # the unset rule: "null", blanks and a placeholder are no proxy; MCP_EGRESS_FENCED counts only as exactly 1
+    "failure, proxies unset": ("exit3.py", {"HTTPS_PROXY": "null", "https_proxy": "  ", "HTTP_PROXY": "${HTTP_PROXY}",
+                                            "MCP_EGRESS_FENCED": "yes"}, False),
+}
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("case", sorted(NOTE_CASES))
+async def test_network_note_only_for_a_failed_run_behind_a_fence(root: Path, era: str, case: str) -> None:
+    script, environ, noted = NOTE_CASES[case]
+    service = service_for(root, **environ)
+    async with connect(service.deployment, era, service.call) as client:
+        ran = await run(client, script)
+    assert ("networkNote" in ran) is noted, ran
+    if noted:
+        assert "egress" in ran["networkNote"].lower()
+    assert "proxy.invalid" not in json.dumps(ran)  # a proxy URL is never handed over, nor echoed
+
+
+# --- §9.4: start failures -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_interpreter_gone_since_boot_is_a_start_failure_naming_the_os_reason(
+    root: Path, tmp_path: Path, era: str
+) -> None:
+    interpreter = tmp_path / "bin" / "python3"
+    interpreter.parent.mkdir()
+    interpreter.symlink_to(PYTHON)
+    service = service_for(root, MCP_SKILL_PYTHON=str(interpreter))
+    with capture_logs() as logs:
+        async with connect(service.deployment, era, service.call) as client:
+            token = (await preview(client, "exit255.py"))["confirmToken"]
+            interpreter.unlink()
+            failed = await client.call_tool("skill_run", {"name": "edge", "script": "exit255.py", "confirmToken": token})
+            interpreter.symlink_to(PYTHON)
+            after = await run(client, "exit255.py")
+    runs = "node, python3" if NODE else "python3"
+    assert error_text(failed) == (
+        f'could not start "exit255.py": No such file or directory: {interpreter}\n\n'
+        f"Hint: This deployment runs: {runs}; the script must be a regular file inside the skill."
+    )
+    assert [(entry["event"], entry.get("reason")) for entry in logs if entry["event"] in ("run.refused", "run.start")] \
+        == [("run.refused", "spawn-failed"), ("run.start", None)]
+    assert after["exitCode"] == 255  # the lock was released
+
+
+# --- §9.4: one run at a time, whatever the outcome of the one before ------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_script_killed_by_a_signal_frees_the_lock(root: Path, era: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        killed = await run(client, "killed.py")
+        after = await run(client, "exit255.py")
+    assert (killed["signal"], after["exitCode"]) == ("SIGKILL", 255)
