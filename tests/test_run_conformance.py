@@ -13,6 +13,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 from support import ERAS, connect, deployment_for, error_text, kill_quietly, payload, write_skill
+from wire import clean_environ, legacy_handshake, running, tool_payload
 
 from skill_mcp.limits import MAX_OUTPUT_BYTES
 from skill_mcp.run_tool import RunService
@@ -346,3 +349,69 @@ async def test_a_script_killed_by_a_signal_frees_the_lock(root: Path, era: str) 
         killed = await run(client, "killed.py")
         after = await run(client, "exit255.py")
     assert (killed["signal"], after["exitCode"]) == ("SIGKILL", 255)
+
+
+# --- §9.4, §9.8: the process a script runs as, under the real `serve` over stdio ------------------
+
+CHILD_STATE = """\
+import ctypes, json, os, resource, sys
+libc = ctypes.CDLL(None, use_errno=True)
+death = ctypes.c_int(-1)
+libc.prctl(2, ctypes.byref(death), 0, 0, 0)  # PR_GET_PDEATHSIG
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+print(json.dumps({
+    "argv": sys.argv[1:],
+    "cwd": os.getcwd(),
+    "parent": os.getppid(),
+    "leadsSessionAndGroup": [os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid()],
+    "deathSignal": death.value,
+    "noNewPrivs": libc.prctl(39, 0, 0, 0, 0),  # PR_GET_NO_NEW_PRIVS
+    "dumpable": libc.prctl(3, 0, 0, 0, 0),  # PR_GET_DUMPABLE: the server is not, its scripts are
+    "core": list(resource.getrlimit(resource.RLIMIT_CORE)),
+    "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+    "stdin": os.readlink("/proc/self/fd/0"),
+    "outputs": [os.readlink(f"/proc/self/fd/{fd}").split(":")[0] for fd in (1, 2)],
+    "blocked": int(status["SigBlk"], 16),
+}))
+"""
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/self/status"), reason="reads the script's state from Linux's /proc")
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+def test_a_script_under_serve_runs_in_its_own_session_with_the_child_hardening(tmp_path: Path, era: str) -> None:
+    skills = tmp_path.resolve() / "root"
+    skill = write_skill(skills, "state", "name: state\ndescription: S.\nmcp-host:\n  version: 1\n  run:\n"
+                        "    - script: state.py\n      interpreter: python3\n", files={"state.py": CHILD_STATE})
+    envelope = {} if era == "legacy" else {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": era,
+        "io.modelcontextprotocol/clientInfo": {"name": "line-client", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}
+    arguments = {"name": "state", "script": "state.py", "args": ["a b", "-c"]}
+    with running([sys.executable, "-m", "skill_mcp"], clean_environ(SKILLS_DIR=str(skills), MCP_SKILL_PYTHON=PYTHON)) \
+            as server:
+        if era == "legacy":
+            legacy_handshake(server)
+        asked = tool_payload(server.request("tools/call", {**envelope, "name": "skill_run", "arguments": arguments}))
+        answer = server.request("tools/call", {**envelope, "name": "skill_run",
+                                               "arguments": {**arguments, "confirmToken": asked["confirmToken"]}})
+        listing = tool_payload(server.request("tools/call", {**envelope, "name": "skill_list", "arguments": {}}))
+        server.close_stdin()
+        assert server.wait() == 0
+    ran = tool_payload(answer)
+    assert (ran["exitCode"], ran["signal"], ran["timedOut"]) == (0, None, False), ran["stderr"]
+    assert listing["hardening"]["nonDumpable"] is True and listing["hardening"]["noNewPrivs"] is True
+    assert json.loads(ran["stdout"]) == {
+        "argv": ["a b", "-c"],
+        "cwd": str(skill),
+        "parent": server.process.pid,
+        "leadsSessionAndGroup": [True, True],
+        "deathSignal": signal.SIGKILL,
+        "noNewPrivs": 1,
+        "dumpable": 1,
+        "core": [0, 0],
+        "fds": [0, 1, 2, 3],  # 3 is listdir's own
+        "stdin": "/dev/null",
+        "outputs": ["pipe", "pipe"],
+        "blocked": 0,
+    }
