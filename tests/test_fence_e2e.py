@@ -178,9 +178,10 @@ def sandbox() -> Path:
     shutil.rmtree(root)
 
 
-def unprivileged_server(sandbox: Path, launcher: tuple[str, ...] = ()) -> LineClient:
+def unprivileged_server(sandbox: Path, launcher: tuple[str, ...] = (), **extra: str) -> LineClient:
     drop = ["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups"] if os.geteuid() == 0 else []
     environ = {
+        **extra,
         "PATH": "/usr/bin:/bin",
         "HOME": "/nonexistent",
         "PYTHONPATH": str(sandbox / "site"),
@@ -193,9 +194,9 @@ def unprivileged_server(sandbox: Path, launcher: tuple[str, ...] = ()) -> LineCl
 
 
 @contextlib.contextmanager
-def serving(sandbox: Path, launcher: tuple[str, ...] = ()) -> Iterator[LineClient]:
+def serving(sandbox: Path, launcher: tuple[str, ...] = (), **extra: str) -> Iterator[LineClient]:
     """The unprivileged server after its handshake; at the end it must exit 0 on the end of its input."""
-    server = unprivileged_server(sandbox, launcher)
+    server = unprivileged_server(sandbox, launcher, **extra)
     try:
         legacy_handshake(server)
         yield server
@@ -478,3 +479,23 @@ def test_a_server_started_with_sigchld_ignored_still_reports_exit_codes(sandbox:
     with serving(sandbox, launcher=ignoring) as server:
         result = confirmed_run(server, {"name": "fail", "script": "fail.py"})
     assert (result["exitCode"], result["signal"]) == (3, None)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("prlimit"), reason="needs root and prlimit")
+def test_a_child_setup_step_the_kernel_refuses_is_a_start_failure_naming_it(sandbox: Path) -> None:
+    # §9.8 and §9.4: the unprivileged server may not raise its hard RLIMIT_NPROC to the configured one; the child
+    # must not exec, the call says why, and the lock is free for the next call.
+    with serving(sandbox, launcher=("prlimit", "--nproc=1000:1000", "--"), MCP_SKILL_RLIMIT_NPROC="2000") as server:
+        call = {"name": "fail", "script": "fail.py"}
+        token = tool_payload(server.request("tools/call", {"name": "skill_run", "arguments": call}))["confirmToken"]
+        answer = server.request("tools/call", {"name": "skill_run", "arguments": {**call, "confirmToken": token}})
+        token = tool_payload(server.request("tools/call", {"name": "skill_run", "arguments": call}))["confirmToken"]
+        again = server.request("tools/call", {"name": "skill_run", "arguments": {**call, "confirmToken": token}})
+    runs = "python3" if NODE is None else "node, python3"
+    hint = f"\n\nHint: This deployment runs: {runs}; the script must be a regular file inside the skill."
+    refused = 'could not start "fail.py": setrlimit(RLIMIT_NPROC): not allowed to raise maximum limit' + hint
+    for result in (answer["result"], again["result"]):
+        assert (result["isError"], result["content"]) == (True, [{"type": "text", "text": refused}])
+    events = [(event["event"], event.get("reason")) for event in server.log_events() if event["event"].startswith("run.")]
+    assert ("run.start", None) not in events
+    assert [reason for name, reason in events if name == "run.refused"] == ["spawn-failed", "spawn-failed"]
