@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -415,3 +416,63 @@ def test_a_script_under_serve_runs_in_its_own_session_with_the_child_hardening(t
         "outputs": ["pipe", "pipe"],
         "blocked": 0,
     }
+
+
+# Forks a child that stays in the script's group and a grandchild that leaves the session; both would write
+# later. The leader reports their pids and exits at once.
+FORKS = """\
+import os, time
+children = []
+for leaves in (False, True):
+    pid = os.fork()
+    if pid == 0:
+        if leaves:
+            os.setsid()
+        time.sleep(0.5)
+        print("late", flush=True)
+        time.sleep(60)
+        os._exit(0)
+    children.append(pid)
+print(*children, flush=True)
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/self/status"), reason="watches the script's children in Linux's /proc")
+def test_under_serve_a_script_that_forks_and_exits_ends_its_run_with_its_children(tmp_path: Path) -> None:
+    # Not §9.4's letter, which would let a child hold the pipes for the drain: `serve` kills what a script still
+    # runs when it exits (README, "The execution fence"), so nothing is written after the exit and the run settles
+    # at once, far from its 20 s timeout.
+    skills = tmp_path.resolve() / "root"
+    write_skill(skills, "forks", "name: forks\ndescription: F.\nmcp-host:\n  version: 1\n  run:\n"
+                "    - script: forks.py\n      interpreter: python3\n      timeout: 20\n", files={"forks.py": FORKS})
+    arguments = {"name": "forks", "script": "forks.py"}
+    children: list[int] = []
+    try:
+        with running([sys.executable, "-m", "skill_mcp"], clean_environ(SKILLS_DIR=str(skills), MCP_SKILL_PYTHON=PYTHON)) \
+                as server:
+            legacy_handshake(server)
+            asked = tool_payload(server.request("tools/call", {"name": "skill_run", "arguments": arguments}))
+            answer = server.request("tools/call", {"name": "skill_run",
+                                                   "arguments": {**arguments, "confirmToken": asked["confirmToken"]}})
+            ran = tool_payload(answer)
+            children = [int(pid) for pid in ran["stdout"].split()]
+            time.sleep(1)  # past the moment the children would have written
+            left = [pid for pid in children if not gone(pid)]
+            server.close_stdin()
+            assert server.wait() == 0
+    finally:
+        for pid in children:
+            kill_quietly(pid)
+    assert (ran["exitCode"], ran["signal"], ran["timedOut"], ran["truncated"]) == (
+        0, None, False, {"stdout": False, "stderr": False})
+    assert len(children) == 2 and "late" not in ran["stdout"]
+    assert ran["durationMs"] < 10000
+    assert left == []
