@@ -476,3 +476,72 @@ def test_under_serve_a_script_that_forks_and_exits_ends_its_run_with_its_childre
     assert len(children) == 2 and "late" not in ran["stdout"]
     assert ran["durationMs"] < 10000
     assert left == []
+
+
+# Runs until the test releases it: "started" tells the test it is in flight, "release" lets it end.
+HELD = """\
+import os, sys, time
+open(os.path.join(sys.argv[1], "started"), "w").close()
+for _ in range(3000):
+    if os.path.exists(os.path.join(sys.argv[1], "release")):
+        break
+    time.sleep(0.01)
+print(sys.argv[2])
+"""
+BUSY = (
+    "another skill script is already in flight on this server; nothing was run\n\n"
+    "Hint: Wait for it to finish and call again: one script runs at a time."
+)
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+def test_a_second_run_on_the_same_stdio_connection_is_refused_at_once_not_queued(tmp_path: Path, era: str) -> None:
+    # §9.4, §9.1 step 8: one run at a time per server; the second call's answer comes while the first still runs,
+    # and its token, not spent, runs once the first is done.
+    skills, signals = tmp_path.resolve() / "root", tmp_path.resolve() / "signals"
+    signals.mkdir()
+    write_skill(skills, "held", "name: held\ndescription: H.\nmcp-host:\n  version: 1\n  run:\n"
+                "    - script: held.py\n      interpreter: python3\n", files={"held.py": HELD})
+    envelope = {} if era == "legacy" else {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": era,
+        "io.modelcontextprotocol/clientInfo": {"name": "line-client", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}
+
+    def arguments(tag: str) -> dict[str, Any]:
+        return {"name": "held", "script": "held.py", "args": [str(signals), tag]}
+
+    def tools_call(request_id: int, args: dict[str, Any]) -> bytes:
+        params = {**envelope, "name": "skill_run", "arguments": args}
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
+
+    with running([sys.executable, "-m", "skill_mcp"], clean_environ(SKILLS_DIR=str(skills), MCP_SKILL_PYTHON=PYTHON)) \
+            as server:
+        if era == "legacy":
+            legacy_handshake(server)
+        first, second = (
+            tool_payload(server.request("tools/call", {**envelope, "name": "skill_run", "arguments": arguments(tag)}))
+            ["confirmToken"] for tag in ("first", "second")
+        )
+        server.send_line(tools_call(101, {**arguments("first"), "confirmToken": first}))
+        deadline = time.monotonic() + 15
+        while not (signals / "started").exists():
+            assert time.monotonic() < deadline, "the first run never started"
+            time.sleep(0.01)
+        server.send_line(tools_call(102, {**arguments("second"), "confirmToken": second}))
+        refused = server.next_message()  # the first run is still held: this can only be the second's answer
+        (signals / "release").touch()
+        ran_first = server.next_message()
+        (signals / "started").unlink()
+        (signals / "release").unlink()
+        server.send_line(tools_call(103, {**arguments("second"), "confirmToken": second}))
+        deadline = time.monotonic() + 15
+        while not (signals / "started").exists():
+            assert time.monotonic() < deadline, "the second run never started"
+            time.sleep(0.01)
+        (signals / "release").touch()
+        ran_second = server.next_message()
+    assert (refused["id"], refused["result"]["isError"]) == (102, True)
+    assert refused["result"]["content"] == [{"type": "text", "text": BUSY}]
+    assert (ran_first["id"], tool_payload(ran_first)["stdout"]) == (101, "first\n")
+    assert (ran_second["id"], tool_payload(ran_second)["stdout"]) == (103, "second\n")
