@@ -256,11 +256,9 @@ def test_a_row_must_name_the_declared_script_string_exactly(script):
     assert [(p.reason, script in p.detail) for p in problems] == [("grant", True)]
 
 
-def test_a_grant_env_item_that_is_no_variable_name_is_reported_by_index_never_echoed(tmp_path):
-    # An owner who thinks a grant carries values (`"env": ["API_KEY=sk-…"]`) must not see the secret reach the
-    # client in skill_list's problems, nor the log: the item is named by its index, as a declaration's is (§4.4).
-    secret = "sk-live-0123456789abcdef"
-    make_skill(tmp_path, "weather", """\
+def served_weather(tmp_path, declared_env: str, granted_env: list[str]) -> tuple[dict, str]:
+    """skill_list, and the log, of a server given a grant of `granted_env` for weather's one script."""
+    make_skill(tmp_path, "weather", f"""\
         name: weather
         description: Forecasts.
         mcp-host:
@@ -268,43 +266,34 @@ def test_a_grant_env_item_that_is_no_variable_name_is_reported_by_index_never_ec
           run:
             - script: scripts/fetch.py
               interpreter: python3
-              env: [API_KEY]
+              env: {declared_env}
         """, files={"scripts/fetch.py": "print(1)\n"})
-    grant = json.dumps([{"skill": "weather", "script": "scripts/fetch.py", "env": ["API_KEY", f"API_KEY={secret}"]}])
-    environ = clean_environ(MCP_SKILLS_PATH=str(tmp_path), MCP_SKILL_RUN=grant)
-    with running([sys.executable, "-m", "skill_mcp"], environ) as client:
-        legacy_handshake(client)
-        listing = tool_payload(client.request("tools/call", {"name": "skill_list", "arguments": {}}))
-        client.close_stdin()
-        assert client.wait() == 0
-    assert [script["env"] for script in listing["skills"][0]["scripts"]] == [["API_KEY"]]
-    assert [problem["detail"] for problem in listing["problems"]] == [
-        "MCP_SKILL_RUN row 0 env item 1 is not a variable name (letters, digits, _), so it grants nothing; list "
-        "variable names only: a script is handed each one's value from the server's environment"
-    ]
-    assert secret not in json.dumps(listing) and secret not in client.stderr_text()
-
-
-def test_a_grant_of_a_reserved_or_ambient_variable_says_what_becomes_of_it(tmp_path):
-    # "the script does not declare, so it is not handed over" was false twice: SKILL.md did ask for HTTPS_PROXY
-    # (refused as reserved), and PATH, which no script declares, is handed over anyway.
-    make_skill(tmp_path, "weather", """\
-        name: weather
-        description: Forecasts.
-        mcp-host:
-          version: 1
-          run:
-            - script: scripts/fetch.py
-              interpreter: python3
-              env: [API_KEY, HTTPS_PROXY]
-        """, files={"scripts/fetch.py": "print(1)\n"})
-    names = ["API_KEY", "HTTPS_PROXY", "PATH", "MCP_DATA_DIR", "OTHER"]
-    grant = json.dumps([{"skill": "weather", "script": "scripts/fetch.py", "env": names}])
+    grant = json.dumps([{"skill": "weather", "script": "scripts/fetch.py", "env": granted_env}])
     with running([sys.executable, "-m", "skill_mcp"], clean_environ(MCP_SKILLS_PATH=str(tmp_path), MCP_SKILL_RUN=grant)) as client:
         legacy_handshake(client)
         listing = tool_payload(client.request("tools/call", {"name": "skill_list", "arguments": {}}))
         client.close_stdin()
         assert client.wait() == 0
+    return listing, client.stderr_text()
+
+
+def test_a_grant_env_item_that_is_no_variable_name_is_reported_by_index_never_echoed(tmp_path):
+    # An owner who thinks a grant carries values (`"env": ["API_KEY=sk-…"]`) must not see the secret reach the
+    # client in skill_list's problems, nor the log: the item is named by its index, as a declaration's is (§4.4).
+    secret = "sk-live-0123456789abcdef"
+    listing, log = served_weather(tmp_path, "[API_KEY]", ["API_KEY", f"API_KEY={secret}"])
+    assert [script["env"] for script in listing["skills"][0]["scripts"]] == [["API_KEY"]]
+    assert [problem["detail"] for problem in listing["problems"]] == [
+        "MCP_SKILL_RUN row 0 env item 1 is not a variable name (letters, digits, _), so it grants nothing; list "
+        "variable names only: a script is handed each one's value from the server's environment"
+    ]
+    assert secret not in json.dumps(listing) and secret not in log
+
+
+def test_a_grant_of_a_reserved_or_ambient_variable_says_what_becomes_of_it(tmp_path):
+    # "the script does not declare, so it is not handed over" was false twice: SKILL.md did ask for HTTPS_PROXY
+    # (refused as reserved), and PATH, which no script declares, is handed over anyway.
+    listing, _ = served_weather(tmp_path, "[API_KEY, HTTPS_PROXY]", ["API_KEY", "HTTPS_PROXY", "PATH", "MCP_DATA_DIR", "OTHER"])
     prefix = 'MCP_SKILL_RUN row 0 grants variable "{}" to script "scripts/fetch.py" of skill "weather", '
     assert [p["detail"] for p in listing["problems"] if p["reason"] == "grant"] == [
         prefix.format("HTTPS_PROXY") + "which is reserved, so it is never handed to a script",
