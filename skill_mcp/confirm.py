@@ -363,7 +363,7 @@ _REJECTION_NOTES: dict[str, str] = {
 }
 
 
-def preview(will_run: dict[str, Any]) -> dict[str, Any]:
+def preview_body(will_run: dict[str, Any]) -> dict[str, Any]:
     return {"dryRun": True, "willRun": will_run, "note": _PREVIEW_NOTE}
 
 
@@ -383,7 +383,7 @@ def confirmation_required(
     will_run: dict[str, Any], token: str, expires_ms: int, ttl_s: int, mode: Mode
 ) -> dict[str, Any]:
     return {"status": "confirmation-required", "confirmed": False, "dispatched": False, "action": ACTION,
-            "preview": preview(will_run), **token_offer(token, expires_ms, ttl_s, mode)}
+            "preview": preview_body(will_run), **token_offer(token, expires_ms, ttl_s, mode)}
 
 
 def confirmation_unsupported(cause: UnsupportedCause) -> dict[str, Any]:
@@ -413,7 +413,7 @@ def draft_changed(will_run: dict[str, Any], offer: dict[str, Any] | None = None)
     included = "the current preview and a fresh confirmToken are included" if offer else (
         "the current preview is included; call again to confirm it")
     note = f"Nothing was run: what would run no longer matches what was approved; {included}."
-    return {**_rejected(DRAFT_CHANGED, note), "reason": "payload-changed", "preview": preview(will_run),
+    return {**_rejected(DRAFT_CHANGED, note), "reason": "payload-changed", "preview": preview_body(will_run),
             **(offer or {})}
 
 

@@ -194,10 +194,10 @@ def adopt_orphans() -> bool:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
     except OSError:
         return False
-    return adopting_orphans()
+    return is_subreaper()
 
 
-def adopting_orphans() -> bool:
+def is_subreaper() -> bool:
     """Whether orphaned descendants become this process's children: as PID 1, or after `adopt_orphans`."""
     if os.getpid() == 1:
         return True

@@ -11,7 +11,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from skill_mcp.hardening import STAT_PGRP, STAT_SESSION, STAT_START_TIME, STAT_STATE, adopting_orphans, stat_fields
+from skill_mcp.hardening import STAT_PGRP, STAT_SESSION, STAT_START_TIME, STAT_STATE, is_subreaper, stat_fields
 
 _SESSION_PASSES = 4
 _SWEEP_BUDGET_S = 2.0  # for killing what one script left: a chain of 1000 setsid links dies in about 0.5 s
@@ -53,7 +53,7 @@ def kill_process_group(pid: int, sig: int = signal.SIGKILL, deadline: float | No
     (only setsid leaves the session); False when there was nothing to signal. The sweep of what it left blocks the
     calling thread until `deadline` (monotonic) at most, by default `_SWEEP_BUDGET_S` from now."""
     signalled = _signal(os.killpg, pid, sig)
-    if sig == signal.SIGKILL and adopting_orphans():
+    if sig == signal.SIGKILL and is_subreaper():
         # Whatever survives the group kill descends from a dead process, so it is the server's child by now, or
         # will be once its parent dies: the sweep of adopted children reaches it, no scan of /proc is needed.
         return _kill_adopted(pid, deadline) or signalled
@@ -147,7 +147,7 @@ def kill_for_exit(leader: int) -> None:
     # One budget for all of it: the server must still exit within §5.1's 5 s.
     deadline = time.monotonic() + _SWEEP_BUDGET_S
     kill_process_group(leader, deadline=deadline)
-    if not adopting_orphans():
+    if not is_subreaper():
         return
     leader_deadline = min(deadline, time.monotonic() + _EXIT_WAIT_S)
     with contextlib.suppress(ChildProcessError):  # reaped already
@@ -171,7 +171,7 @@ def _reap_zombies() -> None:
 def reap_adopted_as_they_die() -> None:
     """For a process that adopts orphans, on the running loop's thread: reap what has died, then each orphan as
     it dies (SIGCHLD). Off the main thread, the next sweep reaps them instead."""
-    if not adopting_orphans():
+    if not is_subreaper():
         return
     _reap_zombies()
     with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):

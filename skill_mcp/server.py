@@ -64,7 +64,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
             ) from None
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
-        answer("tools/list", lambda: surfaces.single_page(params and params.cursor))
+        answer("tools/list", lambda: surfaces.refuse_cursor(params and params.cursor))
         return tool_list
 
     # A boot-time answer is rendered once while it is among the last RENDERED_ANSWERS_KEPT asked for: rendering again
@@ -99,7 +99,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
             return text_result(f"an internal error occurred in {name}; nothing more is known here, see the server log", is_error=True)
 
     async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        answer("prompts/list", lambda: surfaces.single_page(params and params.cursor))
+        answer("prompts/list", lambda: surfaces.refuse_cursor(params and params.cursor))
         return types.ListPromptsResult.model_validate({"prompts": surfaces.prompts(deployment)})
 
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
@@ -123,7 +123,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
     async def list_templates(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        answer("resources/templates/list", lambda: surfaces.single_page(params and params.cursor))
+        answer("resources/templates/list", lambda: surfaces.refuse_cursor(params and params.cursor))
         return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": [surfaces.RESOURCE_TEMPLATE]})
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:

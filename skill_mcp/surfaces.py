@@ -121,7 +121,7 @@ def page_start(cursor: str | None, total: int, page_size: int) -> int:
     raise BadRequest(f"unknown cursor {quoted(cursor)}; start again without a cursor")
 
 
-def single_page(cursor: str | None) -> None:
+def refuse_cursor(cursor: str | None) -> None:
     """A list answered in one page (tools, prompts, templates) knows no cursor."""
     if cursor is not None:
         raise BadRequest(f"unknown cursor {quoted(cursor)}; this list has a single page, request it without a cursor")

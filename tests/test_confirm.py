@@ -31,7 +31,7 @@ from skill_mcp.confirm import (
     not_confirmed,
     open_state,
     payload_hash,
-    preview,
+    preview_body,
     rejection,
     seal_state,
     token_offer,
@@ -418,7 +418,7 @@ def test_choose_path(modern, declares, on, path):
 
 
 def test_preview():
-    body = preview(WILL_RUN)
+    body = preview_body(WILL_RUN)
     assert list(body) == ["dryRun", "willRun", "note"]
     assert body["dryRun"] is True and body["willRun"] == WILL_RUN
     note = body["note"].lower()
@@ -436,7 +436,7 @@ def test_confirmation_required_ask_user():
     body = confirmation_required(WILL_RUN, EXPECTED_TOKEN, NOW + 600000, 600, "ask-user")
     instruction = body.pop("instruction").lower()
     assert body == {"status": "confirmation-required", "confirmed": False, "dispatched": False,
-                    "action": "skill.run", "preview": preview(WILL_RUN), "confirmToken": EXPECTED_TOKEN,
+                    "action": "skill.run", "preview": preview_body(WILL_RUN), "confirmToken": EXPECTED_TOKEN,
                     "expiresAt": "2023-11-14T22:23:20.000Z", "ttlSeconds": 600}
     assert "verbatim" in instruction and "explicitly approve" in instruction and "confirmtoken" in instruction
 
@@ -487,7 +487,7 @@ def test_draft_changed_with_a_fresh_token():
     note = body.pop("note").lower()
     assert body == {"status": "confirmation-rejected", "confirmed": False, "dispatched": False,
                     "error": "DRAFT_CHANGED", "action": "skill.run", "reason": "payload-changed",
-                    "preview": preview(WILL_RUN), "confirmToken": "fresh",
+                    "preview": preview_body(WILL_RUN), "confirmToken": "fresh",
                     "expiresAt": "2023-11-14T22:23:20.000Z", "ttlSeconds": 600,
                     "instruction": offer["instruction"]}
     assert "nothing was run" in note and "no longer matches" in note and "fresh confirmtoken" in note
@@ -496,7 +496,7 @@ def test_draft_changed_with_a_fresh_token():
 def test_draft_changed_on_the_elicitation_path_offers_no_token():
     body = draft_changed(WILL_RUN)
     assert "confirmToken" not in body and "instruction" not in body
-    assert body["reason"] == "payload-changed" and body["preview"] == preview(WILL_RUN)
+    assert body["reason"] == "payload-changed" and body["preview"] == preview_body(WILL_RUN)
     assert "fresh" not in body["note"]
 
 
