@@ -30,7 +30,6 @@ class Unreadable:
 
 def unreadable_message(error: Exception) -> Unreadable:
     """What was wrong with a line the SDK's stdio reader refused (`error`, its pydantic error)."""
-    message: Any = None
     details = error.errors(include_url=False) if isinstance(error, ValidationError) else []
     for detail in details:
         if isinstance(detail.get("input"), list) and len(detail["loc"]) == 1:
@@ -38,26 +37,25 @@ def unreadable_message(error: Exception) -> Unreadable:
         if detail["type"] == "json_invalid":
             if isinstance(detail["input"], str) and detail["input"].endswith(LINE_CUT):
                 message = _top_level(detail["input"], partial=True)
-                refusal = types.ErrorData(code=types.PARSE_ERROR, message=_TOO_LONG)
-                break
+                return _addressed(message, types.ErrorData(code=types.PARSE_ERROR, message=_TOO_LONG))
             try:  # Python's parser takes some of what pydantic's refuses, enough to read the request's id
                 message = json.loads(detail["input"])
             except RecursionError:  # its own top level still names the id
-                message = _top_level(detail["input"])
-                refusal = types.ErrorData(code=types.PARSE_ERROR, message="the message nests deeper than the server reads")
-                break
+                too_deep = types.ErrorData(code=types.PARSE_ERROR, message="the message nests deeper than the server reads")
+                return _addressed(_top_level(detail["input"]), too_deep)
             except (TypeError, ValueError):
                 return Unreadable(types.ErrorData(code=types.PARSE_ERROR, message=f"the line is not JSON: {detail['msg']}"))
             if isinstance(message, list):  # a batch is refused as one, whatever pydantic disliked in it
                 return _refused_batch(message)
-            refusal = types.ErrorData(code=types.PARSE_ERROR, message=f"the message is not strict JSON: {_why_not_strict(message, detail['msg'])}")
-            break
+            not_strict = f"the message is not strict JSON: {_why_not_strict(message, detail['msg'])}"
+            return _addressed(message, types.ErrorData(code=types.PARSE_ERROR, message=not_strict))
         if _is_the_message(detail):
-            message = detail["input"]
-            refusal = _invalid_request(message)
-            break
-    else:
-        return Unreadable(types.ErrorData(code=types.INVALID_REQUEST, message="the line is not a JSON-RPC 2.0 message"))
+            return _addressed(detail["input"], _invalid_request(detail["input"]))
+    return Unreadable(types.ErrorData(code=types.INVALID_REQUEST, message="the line is not a JSON-RPC 2.0 message"))
+
+
+def _addressed(message: Any, refusal: types.ErrorData) -> Unreadable:
+    """`refusal`, with the id of the request it answers, or of the server's request the message answers."""
     message_id = _answerable_id(message)
     if message_id is None:
         return Unreadable(refusal)
