@@ -74,6 +74,8 @@ _IGNORED_NAMED = 8  # skills past the limit named in its problem
 class _RootScan:
     """One root's collection pass, kept apart so its problems can be emitted in §3.3 order."""
 
+    root: str  # as configured, which problems name
+    real_root: str = ""  # once resolved
     problems: list[Problem] = field(default_factory=list)
     missing_skill_md: list[Problem] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)
@@ -81,9 +83,9 @@ class _RootScan:
 
 def _scan_root(root: str, claimed_dirs: set[str], scanned_dirs: set[str]) -> _RootScan:
     """§3.2: resolve the root, then layout A, or layouts B and C; each real directory is read or reported once."""
-    scan = _RootScan()
+    scan = _RootScan(root)
     try:
-        real_root = real_path(root)
+        scan.real_root = real_root = real_path(root)
     except OSError as error:
         scan.problems.append(Problem(root, "root-unreadable", os_error_text(error) + _unexpanded_note(root, error)))
         return scan
@@ -99,15 +101,14 @@ def _scan_root(root: str, claimed_dirs: set[str], scanned_dirs: set[str]) -> _Ro
         return scan
     scanned_dirs.add(real_root)
     claimed_dirs.add(real_root)
-    _scan_entries(scan, root, real_root, real_root, claimed_dirs, root)
-    _scan_skills_dir(scan, root, real_root, claimed_dirs, scanned_dirs)
+    _scan_entries(scan, root, real_root, claimed_dirs)
+    _scan_skills_dir(scan, claimed_dirs, scanned_dirs)
     return scan
 
 
-def _scan_skills_dir(
-    scan: _RootScan, root: str, real_root: str, claimed_dirs: set[str], scanned_dirs: set[str]
-) -> None:
+def _scan_skills_dir(scan: _RootScan, claimed_dirs: set[str], scanned_dirs: set[str]) -> None:
     """§3.2 layout C: the entries of `<root>/skills`, when it resolves to a directory inside the root."""
+    root, real_root = scan.root, scan.real_root
     skills_entry = os.path.join(real_root, "skills")
     if not os.path.isdir(skills_entry):
         return
@@ -127,14 +128,13 @@ def _scan_skills_dir(
         )
     elif real_skills not in scanned_dirs:  # `skills -> .` names the root; another root may be this one
         scanned_dirs.add(real_skills)
-        _scan_entries(scan, skills_path, real_skills, real_root, claimed_dirs, root)
+        _scan_entries(scan, skills_path, real_skills, claimed_dirs)
 
 
-def _scan_entries(
-    scan: _RootScan, scan_path: str, real_scan_path: str, real_root: str, claimed_dirs: set[str], root: str
-) -> None:
+def _scan_entries(scan: _RootScan, scan_path: str, real_scan_path: str, claimed_dirs: set[str]) -> None:
     """Apply the §3.3 entry table to one directory's entries (the root's, or its `skills` directory's), one level
     deep."""
+    root, real_root = scan.root, scan.real_root
     at_root = scan_path == root
     try:
         with os.scandir(real_scan_path) as listing:
