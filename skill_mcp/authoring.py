@@ -36,7 +36,7 @@ from .limits import (
 )
 from .model import Catalog, PathTally, Problem, Skill
 from .paths import PathRefused, SkillDir, is_within, real_path
-from .text import json_for_people, printable, quoted, quoted_path
+from .text import fit, json_for_people, printable, quoted, quoted_path
 from .tools import skill_list
 
 _MAX_COMPATIBILITY_CHARS = 500
@@ -332,7 +332,7 @@ def table_lines(listing: Mapping[str, Any]) -> list[str]:
     ]
     widths.append(max(map(len, (header[2], *runnables))))
     room = _MAX_ROW_CHARS - sum(width + len(_COLUMN_GAP) for width in widths)
-    rows = [(*row[:3], _fit(row[3], room)) for row in zip(names, files, runnables, descriptions)]
+    rows = [(*row[:3], fit(row[3], room)) for row in zip(names, files, runnables, descriptions)]
     lines = [_table_row(row, widths) for row in (header, *rows)]
     summary = _summary(len(listing["skills"]), len(listing["problems"]))
     if listing["problems"]:
@@ -370,14 +370,7 @@ def _runnable(scripts: Sequence[str], room: int) -> str:
         more = f"+{len(scripts) - shown} more"
         if ends[shown - 1] + len(more) <= room:
             return ", ".join([*scripts[:shown], more])
-    return _fit(f"{len(scripts)} script(s)", room)
-
-
-def _fit(text: str, room: int) -> str:
-    """`text` in `room` characters, its last one "…" when cut; nothing when there is no room at all."""
-    if len(text) <= room:
-        return text
-    return text[: room - 1] + "…" if room > 0 else ""
+    return fit(f"{len(scripts)} script(s)", room)
 
 
 # --- commands (the I/O edge) ------------------------------------------------------------------

@@ -13,7 +13,7 @@ from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
 from .results import ToolFailure, read_error_text
-from .text import quoted, quoted_uri
+from .text import fit, quoted, quoted_uri
 from .tools import find_skill, no_skills_message
 
 RESOURCES_PAGE = 500
@@ -36,8 +36,7 @@ def instructions(deployment: Deployment) -> str:
         lines.append(no_skills_message(deployment))
     for skill in skills[:_INSTRUCTION_SKILLS]:
         description = " ".join((skill.description or "").splitlines())  # \r, \u2028, ... end a line too
-        if len(description) > _INSTRUCTION_DESCRIPTION_CHARS:
-            description = description[: _INSTRUCTION_DESCRIPTION_CHARS - 1] + "…"
+        description = fit(description, _INSTRUCTION_DESCRIPTION_CHARS)
         lines.append(f"- {skill.name}: {description}" if description else f"- {skill.name}")
     if len(skills) > _INSTRUCTION_SKILLS:
         lines.append(f"…and {len(skills) - _INSTRUCTION_SKILLS} more skills; call skill_list to see them all.")

@@ -38,6 +38,13 @@ def cut(text: str, limit: int = _SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def fit(text: str, room: int) -> str:
+    """`text` in `room` characters, its last one "…" when cut; nothing when there is no room at all."""
+    if len(text) <= room:
+        return text
+    return text[: room - 1] + "…" if room > 0 else ""
+
+
 def quoted_path(text: str) -> str:
     """A path quoted whole, when it is one the server could serve; only a longer one is cut."""
     return quoted(text, _SHOWN_PATH_CHARS)
