@@ -24,12 +24,12 @@ from mcp.client import Client
 from pydantic import TypeAdapter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import trees  # noqa: E402
-from bench_server import MODERN, Bench  # noqa: E402
+import trees
+from bench_server import MODERN, Bench
 
-from skill_mcp.deployment import build_deployment  # noqa: E402
-from skill_mcp.run_tool import RunService  # noqa: E402
-from skill_mcp.server import build_server  # noqa: E402
+from skill_mcp.deployment import build_deployment
+from skill_mcp.run_tool import RunService
+from skill_mcp.server import build_server
 
 SKILLS, FILES = 32, 100
 TARGET_MS = 30.0

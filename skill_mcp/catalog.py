@@ -36,7 +36,7 @@ def discover(roots: Sequence[str], max_skills: int) -> Catalog:
         for real_dir in scan.candidates:
             try:
                 skill = _read_candidate(real_dir, root, problems)
-            except Exception as error:  # R3: one unexpected failure costs this skill, never the listing
+            except Exception as error:  # noqa: BLE001 - R3: one unexpected failure costs this skill, never the listing
                 # Its type only: an exception's text can quote what it was reading, which no problem or log holds.
                 detail = f"reading this skill failed unexpectedly ({type(error).__name__}); it is not served"
                 problems.append(Problem(real_dir, "unreadable-skill-md", detail))

@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     keep_standard_fds_open()
     if sys.stdout is None:  # started with fd 1 closed, which is /dev/null by now
-        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
     install_background_stderr()
     try:
         return _run(sys.argv[1:] if argv is None else list(argv))

@@ -40,7 +40,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
         # Read by machines, but also in terminals (`docker logs`): what would reorder or hide text there is written
         # as its JSON escape, the same string to any parser.
         json_line = structlog.processors.JSONRenderer(ensure_ascii=False)
-        renderer = lambda *event: json_for_people(json_line(*event))  # noqa: E731
+        renderer = lambda *event: json_for_people(json_line(*event))
     structlog.configure(
         processors=[*stamp, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),

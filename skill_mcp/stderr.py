@@ -108,7 +108,7 @@ def install_background_stderr() -> None:
     with fd 2 closed, Python has no sys.stderr, and print() and structlog would both write to stdout instead: fd 2,
     /dev/null by now (keep_standard_fds_open), stands in for it."""
     if sys.stderr is None:
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
     if not isinstance(sys.stderr, BackgroundStderr):
         sys.stderr = BackgroundStderr(sys.stderr)
 

@@ -752,7 +752,7 @@ def test_once_stderrs_reader_is_gone_its_descriptor_becomes_dev_null() -> None:
 
 def test_a_stderr_nobody_reads_holds_up_no_write_and_lines_past_the_backlog_are_dropped() -> None:
     read_end, write_end = os.pipe()
-    stream = open(write_end, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+    stream = open(write_end, "w", buffering=1, encoding="utf-8", closefd=False)
     try:
         stderr = BackgroundStderr(stream)
         line = "x" * 1023 + "\n"
