@@ -54,8 +54,8 @@ LEVERS = (
     "deferred-modules",
 )
 SKIPPED_INITS = ("mcp", "mcp.server")  # parents first
-# Every SDK module skill_mcp imports, so that all of them are imported inside the window, and the event loop
-# backend that `anyio.run` imports.
+# The SDK modules whose imports bring in every one skill_mcp uses, so that all are imported inside the window
+# (tests/test_startup.py checks none is left out), and the event loop backend that `anyio.run` imports.
 SDK_MODULES = (
     "mcp_types",
     "mcp_types.version",

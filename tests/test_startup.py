@@ -322,6 +322,30 @@ def test_the_real_server_reports_no_unavailable_lever(tmp_path: Path) -> None:
     assert "boot" in events and "startup.warning" not in events
 
 
+# What serve imports after import_sdk: the modules it names, then every SDK module skill_mcp uses.
+SDK_IMPORTED_LATE = """
+import json, pkgutil, sys, importlib
+import skill_mcp
+from skill_mcp.startup import import_sdk
+import_sdk()
+before = set(sys.modules)
+for module in pkgutil.iter_modules(skill_mcp.__path__):
+    if module.name != "__main__":  # which would serve
+        importlib.import_module("skill_mcp." + module.name)
+from mcp.server.stdio import stdio_server  # transport.py's, imported when it serves
+late = sorted(name for name in set(sys.modules) - before if name.split(".")[0] in ("mcp", "mcp_types"))
+print(json.dumps(late))
+"""
+
+
+def test_import_sdk_imports_every_sdk_module_skill_mcp_uses() -> None:
+    # One imported after it would build its protocol models at once, outside the deferred-models window.
+    finished = subprocess.run([sys.executable, "-c", SDK_IMPORTED_LATE], capture_output=True, text=True,
+                              env=clean_environ(), timeout=PROBE_SECONDS)
+    assert finished.returncode == 0, finished.stderr
+    assert json.loads(finished.stdout) == []
+
+
 # `serve` with stdin at EOF: the garbage collections from its start to each `gc.freeze()`, and what was frozen.
 COLLECTIONS_BEFORE_SERVING = """
 import gc, json, os, sys
