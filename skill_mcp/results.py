@@ -1,5 +1,5 @@
-"""The result conventions every tool shares (SPEC §5.3): a success is minified JSON in one text item, a
-refusal is `ToolFailure`'s message and hint as plain text."""
+"""The answer conventions (SPEC §5.3): a tool's success is minified JSON in one text item, its refusal
+`ToolFailure`'s message and hint as plain text; bad input to any other method is `BadRequest`, JSON-RPC -32602."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import json
 from typing import Any
 
 from .text import encodable, os_error_text, quoted_path
+
+
+class BadRequest(Exception):
+    """Bad input on a non-tool method: becomes JSON-RPC -32602 with this message."""
 
 
 class ToolFailure(Exception):

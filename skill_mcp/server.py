@@ -26,7 +26,7 @@ from . import skills_ext, surfaces
 from .deployment import Deployment
 from .limits import MAX_SKILLS_DEFAULT
 from .logs import get_logger
-from .results import ToolFailure, failure_result, minified, text_result
+from .results import BadRequest, ToolFailure, failure_result, minified, text_result
 from .schemas import TOOLS, TOOLS_BY_NAME, params_violation, schema_violation, sdk_params_violation
 from .text import quoted
 from .tools import BOOT_TIME_TOOLS, READ_TOOLS
@@ -55,7 +55,7 @@ def build_server(deployment: Deployment, run_tool: RunTool) -> Server[Any]:
         """`action()`'s value for `method`; bad input becomes -32602, anything else -32603, logged (§5.3)."""
         try:
             return action()
-        except surfaces.BadRequest as bad:
+        except BadRequest as bad:
             raise MCPError(code=types.INVALID_PARAMS, message=str(bad)) from None
         except Exception as error:  # noqa: BLE001 - the handshake-era SDK would send code 0 with the exception text
             log.error("method.error", method=method, errorType=type(error).__name__)
@@ -217,7 +217,7 @@ def _register_skills_extension(
 
             def checked() -> dict[str, Any]:
                 if (problem := params_violation(method, given)) is not None:
-                    raise surfaces.BadRequest(problem)
+                    raise BadRequest(problem)
                 return compute(given)
 
             # Off the event loop: one answer may hash 16 MiB per skill.

@@ -12,7 +12,8 @@ from .frontmatter import frontmatter_to_json
 from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
-from .surfaces import BadRequest, page_start, resource_uri, split_skill_uri
+from .results import BadRequest
+from .surfaces import page_start, resource_uri, split_skill_uri
 from .text import quoted_uri
 
 EXTENSION_ID = "io.modelcontextprotocol/skills"

@@ -12,7 +12,7 @@ from .files import encode_content, media_type, read_capped_fd
 from .limits import MAX_FILE_BYTES, SKILL_MD
 from .model import Skill
 from .paths import PathRefused, SkillDir
-from .results import ToolFailure, read_error_text
+from .results import BadRequest, ToolFailure, read_error_text
 from .text import fit, quoted, quoted_uri
 from .tools import find_skill, no_skills_message
 
@@ -20,10 +20,6 @@ RESOURCES_PAGE = 500
 _INSTRUCTION_SKILLS = 64
 _INSTRUCTION_DESCRIPTION_CHARS = 160
 _INSTRUCTIONS_MAX_CHARS = 16384
-
-
-class BadRequest(Exception):
-    """Bad input on a non-tool method: becomes JSON-RPC -32602 with this message."""
 
 
 def instructions(deployment: Deployment) -> str:

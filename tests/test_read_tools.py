@@ -27,7 +27,7 @@ from support import (
 )
 
 from skill_mcp import surfaces, tools
-from skill_mcp.results import ToolFailure, minified
+from skill_mcp.results import BadRequest, ToolFailure, minified
 
 pytestmark = pytest.mark.anyio
 
@@ -575,7 +575,7 @@ def test_a_file_the_server_may_not_read_fails_its_entry_and_its_resource_read():
             read = tools.skill_file(deployment, "locked", ["secret.txt", "open.txt"])
             try:
                 surfaces.read_resource(deployment, "skill://locked/secret.txt")
-            except surfaces.BadRequest as refused:
+            except BadRequest as refused:
                 return read, str(refused)
             return read, None
 
