@@ -1,25 +1,23 @@
-"""The confirmation gate's core (SPEC §11): payload hash, key, tokens and request states, spent stores,
-the path choice and every body the gate answers with. Clock, secret and randomness come in as arguments;
-the file spent store is the one edge.
+"""The confirmation gate's core (SPEC §11): payload hash, key, tokens and request states, where spent ones are
+kept (spent.py keeps them), the path choice and every body the gate answers with. Clock, secret and randomness
+come in as arguments.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import hmac
 import json
 import os
-import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, TypeGuard
+from typing import Any, Literal, TypeGuard
 
 from .config import CONFIRM_MODES, TTL_MAX_SECONDS
-from .text import encodable, json_for_people, os_error_text
+from .spent import NONCE_PATTERN, FileSpentStore, MemorySpentStore, SpentStore, is_expired
+from .text import encodable, json_for_people
 
 ACTION = "skill.run"
 
@@ -29,7 +27,6 @@ TOKEN_EXPIRED = "TOKEN_EXPIRED"
 DRAFT_CHANGED = "DRAFT_CHANGED"
 
 NONCE_BYTES = 16
-_NONCE_PATTERN = re.compile(r"[A-Za-z0-9_-]{22}")  # 16 bytes, base64url without padding
 
 ConfirmPath = Literal["elicitation", "input-required", "token"]
 Mode = Literal["ask-user", "auto"]
@@ -74,11 +71,6 @@ def _stable_key(secret: str) -> bytes:
 
 def _is_absolute(data_dir: str | None) -> TypeGuard[str]:
     return data_dir is not None and os.path.isabs(data_dir)
-
-
-def _is_expired(expires_ms: int, now_ms: int) -> bool:
-    # An approval lives for [issue, exp): at exp itself it is gone, and so may its spent record be.
-    return now_ms >= expires_ms
 
 
 # --- sealing -----------------------------------------------------------------------------------
@@ -151,7 +143,7 @@ def _open(envelope: _Envelope, key: bytes, sealed: str) -> dict[str, Any] | None
         and isinstance(claims["h"], str)
         and type(claims["exp"]) is int
         and isinstance(claims["n"], str)
-        and _NONCE_PATTERN.fullmatch(claims["n"]) is not None
+        and NONCE_PATTERN.fullmatch(claims["n"]) is not None
     )
     return claims if well_formed else None
 
@@ -164,7 +156,7 @@ def _verify(
         return Verdict(None, TOKEN_INVALID)
     if spent.is_spent(claims["n"]):
         return Verdict(None, TOKEN_REUSED)
-    if _is_expired(claims["exp"], now_ms):
+    if is_expired(claims["exp"], now_ms):
         return Verdict(None, TOKEN_EXPIRED)
     if claims["h"] != payload_hash:
         return Verdict(None, DRAFT_CHANGED)
@@ -197,103 +189,6 @@ def open_state(
 ) -> Approval | None:
     """The approval a valid state carries; None for any failure, since path 2 simply asks again."""
     return _verify(_STATE, key, state, target, payload_hash, now_ms, spent).approval
-
-
-# --- spent stores ------------------------------------------------------------------------------
-
-
-class SpentStoreError(Exception):
-    """The store could not record a spend; the caller refuses the run (fail closed)."""
-
-
-class SpentStore(Protocol):
-    def is_spent(self, nonce: str) -> bool: ...
-
-    def spend(self, nonce: str, expires_ms: int, now_ms: int) -> bool:
-        """Record the nonce; False if it was already spent. Raises SpentStoreError if it cannot."""
-        ...
-
-
-class MemorySpentStore:
-    def __init__(self) -> None:
-        self._expiry_by_nonce: dict[str, int] = {}
-
-    def is_spent(self, nonce: str) -> bool:
-        return nonce in self._expiry_by_nonce
-
-    def spend(self, nonce: str, expires_ms: int, now_ms: int) -> bool:
-        self._expiry_by_nonce = {
-            spent: expiry for spent, expiry in self._expiry_by_nonce.items() if not _is_expired(expiry, now_ms)
-        }
-        if nonce in self._expiry_by_nonce:
-            return False
-        self._expiry_by_nonce[nonce] = expires_ms
-        return True
-
-
-class FileSpentStore:
-    """One file per spent nonce under `<data_dir>/.mcp-confirm/spent/`, so approvals survive restarts."""
-
-    def __init__(self, data_dir: str) -> None:
-        self.directory = os.path.join(data_dir, ".mcp-confirm", "spent")
-
-    def _path(self, nonce: str) -> str:
-        if _NONCE_PATTERN.fullmatch(nonce) is None:
-            raise ValueError("a nonce is 22 base64url characters")
-        return os.path.join(self.directory, nonce)
-
-    def is_spent(self, nonce: str) -> bool:
-        # A record that cannot be read here still cannot be created by spend(), which then fails closed.
-        return os.path.lexists(self._path(nonce))
-
-    def spend(self, nonce: str, expires_ms: int, now_ms: int) -> bool:
-        path = self._path(nonce)
-        try:
-            # Only the store's own two levels: a mistyped MCP_DATA_DIR fails the spend rather than appearing. Each is
-            # made private whatever the umask: were `.mcp-confirm` open, another uid could move `spent` away.
-            for directory in (os.path.dirname(self.directory), self.directory):
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(directory, 0o700)
-                os.chmod(directory, 0o700)
-            try:
-                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                return False
-            with os.fdopen(descriptor, "w", encoding="ascii") as record:
-                record.write(str(expires_ms))
-        except OSError as error:
-            raise SpentStoreError(f"cannot record a spent approval in {self.directory}: {os_error_text(error)}") from error
-        self._prune(now_ms, keep=nonce)
-        return True
-
-    def _prune(self, now_ms: int, keep: str) -> None:
-        # Best effort: a record left behind only costs disk, never a second run.
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return
-        for name in names:
-            if name == keep or _NONCE_PATTERN.fullmatch(name) is None:
-                continue
-            path = os.path.join(self.directory, name)
-            try:
-                expiry = _read_record(path)
-                if expiry is not None and _is_expired(expiry, now_ms):
-                    os.unlink(path)
-            except (OSError, ValueError):
-                continue
-
-
-def _read_record(path: str) -> int | None:
-    """A spent record's expiry; None for anything but a small regular file. A script of the server's uid can
-    write here, and a FIFO opened the ordinary way would block the server for good."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return int(os.read(fd, 32).decode("ascii"))
-    finally:
-        os.close(fd)
 
 
 def spent_dir(secret: str | None, host_secret: str | None, data_dir: str | None) -> str | None:

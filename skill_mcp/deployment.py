@@ -19,6 +19,7 @@ from .grants import NO_GRANT, GrantState, apply_grant, resolve_grant
 from .hardening import Hardening, ScrubResult, may_raise_rlimits, prctl_available, run_block_reason
 from .interpreters import find_interpreters, server_venv_prefix
 from .model import Problem, RunEntry, Skill
+from .spent import store_owned, store_writable
 from .text import quoted
 
 
@@ -112,25 +113,8 @@ def _environment_warnings(config: Config, serving: bool) -> list[ConfigWarning]:
     """What the configuration cannot do on this machine; as this user, only for the server itself."""
     warnings = []
     spent_in = spent_dir(config.confirm_secret, config.host_confirm_secret, config.data_dir)
-    if spent_in is not None and not os.path.isdir(spent_in):
-        warnings.append(ConfigWarning("MCP_DATA_DIR", (
-            "is not an existing directory, so no token or request state can be recorded as spent, and a run confirmed "
-            "by one (any client without elicitation) is refused; create it, writable by the server's user (the "
-            "server creates only .mcp-confirm/spent in it)"
-        )))
-    elif spent_in is not None and serving and not _spent_store_writable(spent_in):
-        warnings.append(ConfigWarning("MCP_DATA_DIR", (
-            "is not writable by the server's user, so no token or request state can be recorded as spent, and a run "
-            "confirmed by one (any client without elicitation) is refused after the user approved it; make it "
-            "writable (the server creates only .mcp-confirm/spent in it)"
-        )))
-    elif spent_in is not None and serving and not _spent_store_owned(spent_in):
-        warnings.append(ConfigWarning("MCP_DATA_DIR", (
-            "holds a .mcp-confirm or .mcp-confirm/spent directory another user owns, which the server cannot make "
-            "private (mode 0700) as it does on each spend, so no token or request state can be recorded as spent, "
-            "and a run confirmed by one (any client without elicitation) is refused after the user approved it; "
-            "give them to the server's user, or remove them (the server creates them)"
-        )))
+    if spent_in is not None and (problem := _spent_store_problem(spent_in, serving)):
+        warnings.append(ConfigWarning("MCP_DATA_DIR", problem))
     if serving and config.rlimit_nproc is not None and os.geteuid() == 0:
         warnings.append(ConfigWarning("MCP_SKILL_RLIMIT_NPROC", (
             "has no effect while the server runs as root: the kernel does not hold root to RLIMIT_NPROC; run the "
@@ -160,27 +144,23 @@ def _rlimits_above_hard(config: Config) -> list[ConfigWarning]:
     return warnings
 
 
-def _spent_store_writable(data_dir: str) -> bool:
-    """Whether the server's user may write in .mcp-confirm/spent, or create what of it is missing (a read-only
-    filesystem counts as not writable)."""
-    store = os.path.join(data_dir, ".mcp-confirm")
-    for directory in (os.path.join(store, "spent"), store, data_dir):
-        if os.path.isdir(directory):
-            return os.access(directory, os.W_OK | os.X_OK)
-    return False
-
-
-def _spent_store_owned(data_dir: str) -> bool:
-    """Whether the store's existing directories are the server's user's own: a spend makes each private, which
-    only its owner (or root) may."""
-    store = os.path.join(data_dir, ".mcp-confirm")
-    for directory in (store, os.path.join(store, "spent")):
-        try:
-            if os.geteuid() != 0 and os.stat(directory).st_uid != os.geteuid():
-                return False
-        except OSError:  # missing: the spend creates it, as this user
-            continue
-    return True
+def _spent_store_problem(data_dir: str, serving: bool) -> str | None:
+    """Why no spend could be recorded in `data_dir`'s store, cause then remedy; whether this user may write there
+    is asked only for the server itself."""
+    if not os.path.isdir(data_dir):
+        cause = "is not an existing directory"
+        remedy = "create it, writable by the server's user (the server creates only .mcp-confirm/spent in it)"
+    elif serving and not store_writable(data_dir):
+        cause = "is not writable by the server's user"
+        remedy = "make it writable (the server creates only .mcp-confirm/spent in it)"
+    elif serving and not store_owned(data_dir):
+        cause = ("holds a .mcp-confirm or .mcp-confirm/spent directory another user owns, which the server cannot "
+                 "make private (mode 0700) as it does on each spend")
+        remedy = "give them to the server's user, or remove them (the server creates them)"
+    else:
+        return None
+    return (f"{cause}, so no token or request state can be recorded as spent, and a run confirmed by one (any client "
+            f"without elicitation) is refused after the user approved it; {remedy}")
 
 
 def _working_directory() -> str | None:

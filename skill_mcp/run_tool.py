@@ -27,6 +27,7 @@ from .reaper import kill_for_exit, kill_process_group, wait_leader_reaped
 from .results import failure_result, minified, text_result
 from .runner import RunOutcome, SpawnFailed, build_argv, network_note, run_process, script_environment
 from .schemas import schema_violation
+from .spent import SpentStoreError
 from .text import cut, json_for_people, quoted_path
 
 LEADER_WAIT_SECONDS = 2.0  # at most, for a cancelled run's killed leader to be collected
@@ -266,7 +267,7 @@ class RunService:
             if approval is not None:
                 try:
                     spent_now = self._spent.spend(approval.nonce, approval.expires_ms, self._clock_ms())
-                except confirm.SpentStoreError as error:
+                except SpentStoreError as error:
                     message = f"the approval could not be recorded as spent ({error}); nothing was run"
                     refusal = Refused("spend-failed", message, _SPEND_FAILED_HINT)
                     return self._refused(draft.skill.name, draft.entry.script, refusal)

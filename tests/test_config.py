@@ -357,8 +357,8 @@ def test_a_spent_store_in_a_missing_data_dir_warns_at_boot(tmp_path):
     assert [(w.variable, w.problem) for w in warned if w.variable == "MCP_DATA_DIR"] == [(
         "MCP_DATA_DIR",
         "is not an existing directory, so no token or request state can be recorded as spent, and a run confirmed "
-        "by one (any client without elicitation) is refused; create it, writable by the server's user (the "
-        "server creates only .mcp-confirm/spent in it)",
+        "by one (any client without elicitation) is refused after the user approved it; create it, writable by the "
+        "server's user (the server creates only .mcp-confirm/spent in it)",
     )]
     assert [w for w in (*present, *in_memory) if w.variable == "MCP_DATA_DIR"] == []
     assert not missing.exists()

@@ -15,9 +15,6 @@ from skill_mcp.confirm import (
     TOKEN_INVALID,
     TOKEN_REUSED,
     Approval,
-    FileSpentStore,
-    MemorySpentStore,
-    SpentStoreError,
     choose_path,
     confirm_key,
     confirmation_required,
@@ -37,6 +34,7 @@ from skill_mcp.confirm import (
     token_offer,
     verify_token,
 )
+from skill_mcp.spent import FileSpentStore, MemorySpentStore, SpentStoreError
 
 # Expected strings below were computed independently with openssl and basenc.
 KEY = bytes.fromhex("7e35aaaea6b83ab43c9271737060ce485dc285837d9b4b98b6458408886ac7b1")  # sha256("sekrit")

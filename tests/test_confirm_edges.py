@@ -29,10 +29,10 @@ from support import (
 )
 from wire import clean_environ, running, tool_payload
 
-from skill_mcp.confirm import FileSpentStore, SpentStoreError
 from skill_mcp.deployment import build_deployment
 from skill_mcp.hardening import ScrubResult
 from skill_mcp.run_tool import RunService
+from skill_mcp.spent import FileSpentStore, SpentStoreError
 
 pytestmark = pytest.mark.anyio
 

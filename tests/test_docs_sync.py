@@ -64,3 +64,9 @@ def test_will_run_table_matches_a_real_preview(tmp_path) -> None:
             return list(payload(result)["preview"]["willRun"])
 
     assert [code_names(row[0])[0] for row in table("will-run-table")] == anyio.run(preview_keys)
+
+
+def test_the_module_map_names_every_module() -> None:
+    package = os.path.join(REPO, "skill_mcp")
+    modules = sorted(name for name in os.listdir(package) if name.endswith(".py") and not name.startswith("__"))
+    assert [name for name in modules if f"`{name}`" not in README] == []
