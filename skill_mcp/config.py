@@ -130,20 +130,7 @@ def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) 
             "mode becomes refuse, so a client that cannot answer a question in the call can run nothing",
         ))
         mode_reason = "ttl-invalid"
-    if var("MCP_CONFIRM_SECRET") is not None and not os.path.isabs(var("MCP_DATA_DIR") or ""):
-        # §11.6 keeps spent records in memory then: one approval runs once per process, not once in all.
-        warnings.append(ConfigWarning(
-            "MCP_CONFIRM_SECRET",
-            "tokens outlive a restart, but without an absolute MCP_DATA_DIR the record that one was used does not: "
-            "until it expires, an approval could run again after a restart",
-        ))
-    host_secret_alone = var("MCP_HOST_CONFIRM_SECRET") is not None and var("MCP_CONFIRM_SECRET") is None
-    if host_secret_alone and not os.path.isabs(var("MCP_DATA_DIR") or ""):
-        warnings.append(ConfigWarning(
-            "MCP_HOST_CONFIRM_SECRET",
-            "ignored: a host's secret is used only with an absolute MCP_DATA_DIR; tokens are signed with a key made "
-            "at start, so none outlives a restart",
-        ))
+    warnings += _secret_warnings(var)
     elicitation, _ = choice("MCP_CONFIRM_ELICITATION", ("on", "off"), "on", "on")
     log_level, _ = choice("MCP_LOG_LEVEL", LOG_LEVELS, "info", "info")
     log_format, _ = choice("MCP_LOG_FORMAT", LOG_FORMATS, "json", "json")
@@ -222,3 +209,25 @@ def _max_skills(value: str | None, warnings: list[ConfigWarning]) -> int:
         warnings.append(ConfigWarning("MCP_MAX_SKILLS", problem))
         return MAX_SKILLS_CEILING
     return number
+
+
+def _secret_warnings(var: Callable[[str], str | None]) -> list[ConfigWarning]:
+    """What a secret cannot do without an absolute MCP_DATA_DIR: the rule confirm.confirm_key and
+    confirm.spent_dir apply (§11.6)."""
+    warnings = []
+    data_dir_absolute = os.path.isabs(var("MCP_DATA_DIR") or "")
+    if var("MCP_CONFIRM_SECRET") is not None and not data_dir_absolute:
+        # §11.6 keeps spent records in memory then: one approval runs once per process, not once in all.
+        warnings.append(ConfigWarning(
+            "MCP_CONFIRM_SECRET",
+            "tokens outlive a restart, but without an absolute MCP_DATA_DIR the record that one was used does not: "
+            "until it expires, an approval could run again after a restart",
+        ))
+    host_secret_alone = var("MCP_HOST_CONFIRM_SECRET") is not None and var("MCP_CONFIRM_SECRET") is None
+    if host_secret_alone and not data_dir_absolute:
+        warnings.append(ConfigWarning(
+            "MCP_HOST_CONFIRM_SECRET",
+            "ignored: a host's secret is used only with an absolute MCP_DATA_DIR; tokens are signed with a key made "
+            "at start, so none outlives a restart",
+        ))
+    return warnings
