@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
-from skill_mcp.declaration import read_declaration
-from skill_mcp.files import CappedRead, read_capped_fd
-from skill_mcp.frontmatter import FrontmatterError, description, frontmatter_name, parse_skill_md, when_to_use
-from skill_mcp.limits import MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
-from skill_mcp.manifest import ManifestWalk, walk_manifest
-from skill_mcp.model import Catalog, Problem, Skill
-from skill_mcp.paths import PathRefused, SkillDir, is_within, reach_error, real_path
-from skill_mcp.text import encodable, os_error_text, quoted, quoted_path
+from .declaration import read_declaration
+from .files import CappedRead, read_capped_fd
+from .frontmatter import FrontmatterError, description, frontmatter_name, parse_skill_md, when_to_use
+from .limits import MAX_SKILL_MD_BYTES, SKILL_MD, SKILL_NAME_PATTERN
+from .manifest import ManifestWalk, walk_manifest
+from .model import Catalog, Problem, Skill
+from .paths import PathRefused, SkillDir, is_within, reach_error, real_path
+from .text import encodable, os_error_text, quoted, quoted_path
 
 
 def discover(roots: Sequence[str], max_skills: int) -> Catalog:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from skill_mcp.limits import MAX_SKILLS_CEILING, MAX_SKILLS_DEFAULT, PROXY_VARIABLES
+from .limits import MAX_SKILLS_CEILING, MAX_SKILLS_DEFAULT, PROXY_VARIABLES
 
 BUNDLED_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "skills")
 

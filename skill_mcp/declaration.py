@@ -6,8 +6,8 @@ import math
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from skill_mcp.frontmatter import json_key, string_field
-from skill_mcp.limits import (
+from .frontmatter import json_key, string_field
+from .limits import (
     DECLARATION_VERSION,
     DEFAULT_TIMEOUT_MS,
     EGRESS_PATTERN,
@@ -17,9 +17,9 @@ from skill_mcp.limits import (
     PROXY_VARIABLES,
     RESERVED_SCRIPT_ENV,
 )
-from skill_mcp.model import Declaration, EnvField, RunEntry
-from skill_mcp.paths import describe_refusal, path_refusal
-from skill_mcp.text import cut, quoted, quoted_path
+from .model import Declaration, EnvField, RunEntry
+from .paths import describe_refusal, path_refusal
+from .text import cut, quoted, quoted_path
 
 KNOWN_TOP_LEVEL_KEYS = frozenset(
     {

@@ -17,8 +17,8 @@ from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scanner import Scanner
 from ruamel.yaml.tokens import AliasToken, AnchorToken, DirectiveToken, TagToken
 
-from skill_mcp.limits import MAX_FRONTMATTER_BYTES, MAX_YAML_DEPTH
-from skill_mcp.text import quoted
+from .limits import MAX_FRONTMATTER_BYTES, MAX_YAML_DEPTH
+from .text import quoted
 
 _OPENER = re.compile(r"---\r?\n")
 _CLOSER = re.compile(r"\n---[ \t]*(?:\r?\n|\Z)")

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from skill_mcp.config import Config
-from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST, ENV_NAME_PATTERN, RESERVED_SCRIPT_ENV
-from skill_mcp.model import Problem, RunEntry, Skill
-from skill_mcp.text import quoted, quoted_path
+from .config import Config
+from .limits import AMBIENT_SCRIPT_ALLOWLIST, ENV_NAME_PATTERN, RESERVED_SCRIPT_ENV
+from .model import Problem, RunEntry, Skill
+from .text import quoted, quoted_path
 
 GRANT_VARIABLE = "MCP_SKILL_RUN"
 _ROW_KEYS = frozenset({"skill", "script", "env"})

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST
-from skill_mcp.text import os_error_text
+from .limits import AMBIENT_SCRIPT_ALLOWLIST
+from .text import os_error_text
 
 PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE = 3

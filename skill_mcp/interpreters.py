@@ -7,8 +7,8 @@ import os
 import stat
 import sys
 
-from skill_mcp.config import Config, ConfigWarning
-from skill_mcp.paths import is_within, real_path
+from .config import Config, ConfigWarning
+from .paths import is_within, real_path
 
 
 def server_venv_prefix() -> str | None:

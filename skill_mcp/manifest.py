@@ -9,16 +9,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import chain, islice
 
-from skill_mcp.limits import (
+from .limits import (
     MAX_DIRS_PER_SKILL,
     MAX_FILES_PER_SKILL,
     MAX_UNLISTED_ENTRIES,
     MAX_UNUSABLE_PATH_PROBLEMS,
     SKILL_MD,
 )
-from skill_mcp.model import ManifestEntry, PathTally
-from skill_mcp.paths import open_directory_in_place, path_refusal
-from skill_mcp.text import quoted_path
+from .model import ManifestEntry, PathTally
+from .paths import open_directory_in_place, path_refusal
+from .text import quoted_path
 
 
 def walk_manifest(real_dir: str, report: Callable[[str, str], None]) -> ManifestWalk:

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from skill_mcp.limits import MAX_PATH_CHARS
-from skill_mcp.text import encodes_as_utf8, os_error_text, quoted, quoted_path
+from .limits import MAX_PATH_CHARS
+from .text import encodes_as_utf8, os_error_text, quoted, quoted_path
 
 PATH_HINT = (
     "Paths are relative to the skill's own directory: plain segments separated by \"/\", "

@@ -11,7 +11,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from skill_mcp.hardening import STAT_PGRP, STAT_SESSION, STAT_START_TIME, STAT_STATE, is_subreaper, stat_fields
+from .hardening import STAT_PGRP, STAT_SESSION, STAT_START_TIME, STAT_STATE, is_subreaper, stat_fields
 
 _SESSION_PASSES = 4
 _SWEEP_BUDGET_S = 2.0  # for killing what one script left: a chain of 1000 setsid links dies in about 0.5 s

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from skill_mcp.hardening import ChildLimits, harden_child
-from skill_mcp.limits import AMBIENT_SCRIPT_ALLOWLIST, INTERPRETERS, MAX_OUTPUT_BYTES, RESERVED_SCRIPT_ENV
-from skill_mcp.reaper import kill_process_group, mark_leader_reaped, reap_adopted_as_they_die, track_leader
-from skill_mcp.text import os_error_text
+from .hardening import ChildLimits, harden_child
+from .limits import AMBIENT_SCRIPT_ALLOWLIST, INTERPRETERS, MAX_OUTPUT_BYTES, RESERVED_SCRIPT_ENV
+from .reaper import kill_process_group, mark_leader_reaped, reap_adopted_as_they_die, track_leader
+from .text import os_error_text
 
 TERM_GRACE_MS = 2000
 OUTPUT_DRAIN_MS = 250
