@@ -85,6 +85,13 @@ def read_var(environ: Mapping[str, str], name: str) -> str | None:
     return value
 
 
+RELATIVE_DATA_DIR = (
+    "is a relative path, which scripts are handed as it is and resolve from their own skill's directory (where "
+    "each runs), so it names a directory inside each skill, and no spent-token store is kept in it; give an "
+    "absolute path"
+)
+
+
 def load_config(environ: Mapping[str, str], cwd: str | None, bundled_root: str) -> tuple[Config, list[ConfigWarning]]:
     """Build the boot configuration; a malformed value falls back and adds a warning, never raises."""
     warnings: list[ConfigWarning] = []
@@ -212,10 +219,12 @@ def _max_skills(value: str | None, warnings: list[ConfigWarning]) -> int:
 
 
 def _secret_warnings(var: Callable[[str], str | None]) -> list[ConfigWarning]:
-    """What a secret cannot do without an absolute MCP_DATA_DIR: the rule confirm.confirm_key and
-    confirm.spent_dir apply (§11.6)."""
+    """What a relative MCP_DATA_DIR does, and what a secret cannot do without an absolute one: the rule
+    confirm.confirm_key and confirm.spent_dir apply (§11.6)."""
     warnings = []
     data_dir_absolute = os.path.isabs(var("MCP_DATA_DIR") or "")
+    if var("MCP_DATA_DIR") is not None and not data_dir_absolute:
+        warnings.append(ConfigWarning("MCP_DATA_DIR", RELATIVE_DATA_DIR))
     if var("MCP_CONFIRM_SECRET") is not None and not data_dir_absolute:
         # §11.6 keeps spent records in memory then: one approval runs once per process, not once in all.
         warnings.append(ConfigWarning(

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from support import UNPRIVILEGED_UID, as_unprivileged, deployment_for, needs_root, world_readable_dir
 from wire import clean_environ, legacy_handshake, running, tool_payload
 
-from skill_mcp.config import BUNDLED_ROOT, NO_GRANT_FROM_PLACEHOLDER, Config, ConfigWarning, load_config, read_var
+from skill_mcp.config import (
+    BUNDLED_ROOT,
+    NO_GRANT_FROM_PLACEHOLDER,
+    RELATIVE_DATA_DIR,
+    Config,
+    ConfigWarning,
+    load_config,
+    read_var,
+)
 from skill_mcp.deployment import build_deployment
 from skill_mcp.hardening import ScrubResult
 
@@ -347,6 +355,14 @@ def test_a_process_limit_for_a_root_server_warns_that_it_does_nothing(tmp_path):
     assert [(w.variable, w.problem) for w in warnings if w.variable == "MCP_SKILL_RLIMIT_NPROC"] == (
         expected if os.geteuid() == 0 else []
     )
+
+
+@pytest.mark.parametrize("data_dir", ["data", "./data", "~/data"])
+def test_a_relative_data_dir_warns_that_it_names_a_directory_in_each_skill(tmp_path, data_dir):
+    _, warnings = load_config({"MCP_DATA_DIR": data_dir}, str(tmp_path), BUNDLED_ROOT)
+    assert [(w.variable, w.problem) for w in warnings] == [("MCP_DATA_DIR", RELATIVE_DATA_DIR)]
+    _, absolute = load_config({"MCP_DATA_DIR": str(tmp_path)}, str(tmp_path), BUNDLED_ROOT)
+    assert absolute == []
 
 
 def test_a_spent_store_in_a_missing_data_dir_warns_at_boot(tmp_path):
