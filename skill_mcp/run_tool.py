@@ -31,6 +31,11 @@ from .spent import SpentStoreError
 from .text import cut, json_for_people, quoted_path
 
 LEADER_WAIT_SECONDS = 2.0  # at most, for a cancelled run's killed leader to be collected
+OUT_OF_RESOURCES_HINT = (
+    "The server ran out of open files, processes or memory: limits of its deployment (ulimit -n and -u, a "
+    "container's --pids-limit or memory limit), not of the skill. Call again once other work has ended, or ask the "
+    "operator to raise them."
+)
 _SPEND_FAILED_HINT = (
     "MCP_DATA_DIR must be an existing directory the server's user can write, and any .mcp-confirm store in it "
     "that user's own: the spent-token store is kept there."
@@ -313,8 +318,10 @@ class RunService:
         try:
             outcome = await run_process(argv, draft.skill.real_dir, env, timeout_ms, limits, on_start=started)
         except SpawnFailed as failed:
-            hint = (f"This deployment runs: {deployment.runnable_interpreters()}; the script must be a regular file "
-                    "inside the skill.")  # fmt: skip
+            hint = OUT_OF_RESOURCES_HINT if failed.out_of_resources else (
+                f"This deployment runs: {deployment.runnable_interpreters()}; the script must be a regular file "
+                "inside the skill."
+            )
             refusal = Refused("spawn-failed", f"could not start {quoted_path(entry.script)}: {failed}", hint)
             return self._refused(draft.skill.name, entry.script, refusal)
         result = self._result(draft, outcome, env_names)

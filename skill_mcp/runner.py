@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -23,6 +24,8 @@ OUTPUT_DRAIN_MS = 250
 HARD_DEADLINE_EXTRA_MS = 3250
 _READ_CHUNK = 65536
 _SETUP_REASON_MAX = 1024
+# Out of open files (the process's, the system's), processes (fork's EAGAIN: RLIMIT_NPROC, a pids cgroup) or memory.
+_RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM}
 
 NETWORK_NOTE = (
     "The network is restricted to a declared egress allowlist: a host not on it shows up as an HTTP 403 "
@@ -63,11 +66,18 @@ class RunOutcome:
 
 
 class SpawnFailed(Exception):
-    """The script could not start: exec error, missing interpreter or failed child setup."""
+    """The script could not start: exec error, missing interpreter or failed child setup; or the server is out of
+    a resource a start needs (open files, processes, memory), which is its deployment's to raise, not the skill's."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, out_of_resources: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.out_of_resources = out_of_resources
+
+    @classmethod
+    def from_os_error(cls, error: OSError) -> SpawnFailed:
+        reason = os_error_text(error)
+        return cls(f"{reason}: {error.filename}" if error.filename else reason, error.errno in _RESOURCE_ERRNOS)
 
 
 def network_note(outcome: RunOutcome, egress_fenced: bool, proxy_set: bool) -> str | None:
@@ -79,7 +89,10 @@ def network_note(outcome: RunOutcome, egress_fenced: bool, proxy_set: bool) -> s
 def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildLimits) -> subprocess.Popen:
     parent_pid = os.getpid()
     # Close-on-exec pipe: the child's setup writes why it failed, since preexec_fn errors lose their text.
-    reason_read, reason_write = os.pipe()
+    try:
+        reason_read, reason_write = os.pipe()
+    except OSError as exc:
+        raise SpawnFailed.from_os_error(exc) from exc
 
     def child_setup() -> None:
         try:
@@ -96,8 +109,7 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildL
         track_leader(process.pid)
         return process
     except OSError as exc:
-        reason = os_error_text(exc)
-        raise SpawnFailed(f"{reason}: {exc.filename}" if exc.filename else reason) from exc
+        raise SpawnFailed.from_os_error(exc) from exc
     except subprocess.SubprocessError as exc:
         os.close(reason_write)
         reason_write = -1

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -26,7 +27,7 @@ from support import ERAS, connect, deployment_for, error_text, kill_quietly, pay
 from wire import clean_environ, legacy_handshake, running, tool_payload
 
 from skill_mcp.limits import MAX_OUTPUT_BYTES
-from skill_mcp.run_tool import RunService
+from skill_mcp.run_tool import OUT_OF_RESOURCES_HINT, RunService
 
 pytestmark = pytest.mark.anyio
 
@@ -338,6 +339,29 @@ async def test_an_interpreter_gone_since_boot_is_a_start_failure_naming_the_os_r
     assert [(entry["event"], entry.get("reason")) for entry in logs if entry["event"] in ("run.refused", "run.start")] \
         == [("run.refused", "spawn-failed"), ("run.start", None)]
     assert after["exitCode"] == 255  # the lock was released
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="lowers the server's open-file limit with util-linux's prlimit")
+def test_a_server_out_of_open_files_says_whose_limit_that_is(root: Path) -> None:
+    arguments = {"name": "edge", "script": "exit255.py"}
+    with running([sys.executable, "-m", "skill_mcp"], clean_environ(SKILLS_DIR=str(root), MCP_SKILL_PYTHON=PYTHON)) \
+            as server:
+        legacy_handshake(server)
+
+        def confirmed_run() -> dict[str, Any]:
+            asked = tool_payload(server.request("tools/call", {"name": "skill_run", "arguments": arguments}))
+            confirmed = {**arguments, "confirmToken": asked["confirmToken"]}
+            return server.request("tools/call", {"name": "skill_run", "arguments": confirmed})["result"]
+
+        pid = server.process.pid
+        # Room for the script's hash, not for the pipes of its start: the soft limit alone, as `ulimit -Sn` sets it.
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={len(os.listdir(f'/proc/{pid}/fd')) + 1}:"], check=True)
+        failed = confirmed_run()
+        subprocess.run(["prlimit", f"--pid={pid}", "--nofile=1024:"], check=True)
+        after = confirmed_run()
+    assert failed["isError"] is True
+    assert failed["content"][0]["text"] == f'could not start "exit255.py": Too many open files\n\nHint: {OUT_OF_RESOURCES_HINT}'
+    assert json.loads(after["content"][0]["text"])["exitCode"] == 255  # the lock was released
 
 
 # --- §9.4: one run at a time, whatever the outcome of the one before ------------------------------
