@@ -55,7 +55,10 @@ def parse_grant(raw: str) -> tuple[GrantRow, ...]:
         data = json.loads(raw, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
-        raise GrantError(f"{GRANT_VARIABLE} is not valid JSON: {exc.msg} at {where}") from None
+        # A path there is a guess at how the grant is given: it is the JSON itself, never a file.
+        is_path = raw.lstrip().startswith(("/", "./", "~"))
+        path_note = " (it holds the grant's JSON itself, not a path to a file)" if is_path else ""
+        raise GrantError(f"{GRANT_VARIABLE} is not valid JSON: {exc.msg} at {where}{path_note}") from None
     except (ValueError, RecursionError):
         raise GrantError(f"{GRANT_VARIABLE} is not valid JSON (nested too deeply or a number too long)") from None
     if not isinstance(data, list):

@@ -63,6 +63,8 @@ def test_empty_array_is_valid():
 
 @pytest.mark.parametrize(("raw", "message"), [
     ("{not json", f"MCP_SKILL_RUN is not valid JSON: {BAD_JSON}"),
+    ("/etc/skill-mcp/grant.json", "MCP_SKILL_RUN is not valid JSON: Expecting value at line 1 column 1 (it holds the "
+     "grant's JSON itself, not a path to a file)"),
     ('{"skill": "a", "script": "b"}', "MCP_SKILL_RUN must be a JSON array of objects"),
     ("[1]", "MCP_SKILL_RUN row 0 is not an object"),
     ('[{"skill": "a", "script": "b"}, {"skill": "a"}]', 'MCP_SKILL_RUN row 1 is missing "script"'),
