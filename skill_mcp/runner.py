@@ -122,12 +122,9 @@ def _spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str], limits: ChildL
 
 
 def _watch_exit(loop: asyncio.AbstractEventLoop, process: subprocess.Popen, on_exit: Callable[[], None]) -> None:
-    """Call on_exit once the leader is reaped; never looks at its pipes, which a grandchild may hold.
-
-    What the script left running in its process group or session, or left for the server to adopt, is killed as
-    it exits, before it is reaped: the unreaped leader still holds the group and session id, so the signal cannot
-    reach one that reused it. (Without adoption, a child that left the session with setsid is out of reach; the
-    hard deadline bounds what it can still write here.)"""
+    """Call on_exit once the leader is reaped, never looking at its pipes (a grandchild may hold them). What the
+    script left running (its group, its session, the orphans adopted) is killed first: until the leader is reaped,
+    no other process can reuse its group and session ids."""
     try:
         pidfd = os.pidfd_open(process.pid)
     except (AttributeError, OSError):

@@ -113,11 +113,9 @@ def _stderr_output() -> int:
 
 
 class _WaitingReads(io.RawIOBase):
-    """Reads of `fd` that wait for data: a stdin inherited in non-blocking mode (EAGAIN) is not taken for its end,
-    and its mode, which the client's process may share, is left as it is. Line ends come as "\n": "\r\n" and a
-    lone "\r" are one, as universal newlines read them, but a "\r" last in what was read ends its line at once. The
-    text layer would hold it until the next byte told whether a "\n" follows, and a client that ends its lines
-    with "\r" and waits for each answer would wait forever."""
+    """Reads of `fd` that wait for data (a non-blocking stdin's EAGAIN is not its end; its mode, shared with the
+    client, is left alone), with "\r\n" and a lone "\r" made "\n" as they arrive: the text layer would hold a "\r"
+    last in a read until the next byte, so a client ending its lines with "\r" would wait for answers forever."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
