@@ -38,9 +38,11 @@ EXTENSION_WORKERS = 4  # Skills-extension answers computed at once (each may has
 # on every call of a client that loads them in turn)
 RENDERED_ANSWERS_KEPT = MAX_SKILLS_DEFAULT + 1
 RESOURCE_PAGES_KEPT = 32  # resources/list pages kept built: 16,000 resources, about 8 MiB
+# The SDK commits a connection to the era of its first request: after this refusal, it is the handshake era's.
 BEFORE_THE_SESSION = (
     "the session has not begun: send initialize, then notifications/initialized, before any other request "
-    "(on the 2026-07-28 protocol, every request carries the _meta envelope instead)"
+    "(this connection now serves the handshake protocol; a 2026-07-28 client opens a new connection and "
+    "puts the _meta envelope on every request, the first included)"
 )
 # tools/call arguments that are not an object, which the SDK's model refuses: handed to call_tool this way
 _NON_OBJECT_ARGUMENTS: ContextVar[Any] = ContextVar("non_object_arguments", default=None)

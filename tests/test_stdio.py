@@ -492,6 +492,9 @@ def test_a_request_before_initialize_is_told_to_initialize_first(tree):
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         early = client.request("tools/list")
         assert early["error"] == {"code": -32602, "message": BEFORE_THE_SESSION}
+        # The SDK has committed the connection to the handshake era: the message must not advise the envelope here.
+        assert "a 2026-07-28 client opens a new connection" in BEFORE_THE_SESSION
+        assert client.request("tools/list", {"_meta": ENVELOPE})["error"]["code"] == -32600
         legacy_handshake(client)
         assert len(client.request("tools/list")["result"]["tools"]) == 4
         client.close_stdin()
