@@ -119,6 +119,13 @@ async def test_instructions_keep_each_description_on_one_line(root, era):
         assert client.instructions.splitlines()[1:] == ["- alpha: one two three four five"]
 
 
+async def test_instructions_change_only_line_breaks_in_a_description(root, era):
+    # §5.1 turns newlines into spaces and nothing else: a tab or an escape stays, the line count does not grow.
+    write_skill(root, "alpha", 'name: alpha\ndescription: "tab\\there \\e[31mred\\vvt\\fff\\x1cfs end"\n')
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        assert client.instructions.split("\n")[1:] == ["- alpha: tab\there \x1b[31mred vt ff fs end"]
+
+
 async def test_instructions_with_no_skills_point_at_skill_list(root, era):
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         empty = client.instructions
@@ -438,6 +445,22 @@ async def test_prompts_one_per_skill(deployment, era):
         {"name": "beta", "title": "beta", "description": "The beta skill."},
     ]
     assert "nextCursor" not in listed
+
+
+async def test_a_prompt_description_drops_empty_parts_and_falls_back_to_the_skill_name(root, era):
+    # §8.1: description and whenToUse joined by a space, empty parts dropped; neither → "The <name> skill."
+    write_skill(root, "only-when", 'name: only-when\ndescription: ""\nwhen-to-use: When needed.\n')
+    write_skill(root, "not-text", "name: not-text\ndescription: 42\nwhen_to_use: [a]\n")
+    write_skill(root, "both-empty", 'name: both-empty\ndescription: ""\nwhen-to-use: ""\n')
+    async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
+        listed = wire(await client.list_prompts())["prompts"]
+        got = wire(await client.get_prompt("only-when"))
+    assert listed == [
+        {"name": "both-empty", "title": "both-empty", "description": "The both-empty skill."},
+        {"name": "not-text", "title": "not-text", "description": "The not-text skill."},
+        {"name": "only-when", "title": "only-when", "description": "When needed."},
+    ]  # no "arguments": a skill's prompt takes none
+    assert got["description"] == "When needed."
 
 
 async def test_prompt_get_returns_the_body_as_one_user_message(deployment, era):
