@@ -53,7 +53,8 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
     sdk_handler = logging.StreamHandler(stream)
     sdk_handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[structlog.stdlib.add_logger_name, *stamp, _without_values],
+            # Values first: the console's escaping makes a newline text, and a message's further lines one line.
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, _without_values, *stamp],
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
             use_get_message=False,
         )

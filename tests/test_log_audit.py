@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -468,3 +469,29 @@ def test_a_library_message_that_formats_values_into_its_text_keeps_its_first_lin
         "asyncio", "Task exception was never retrieved", "ValueError"
     )
     assert "SNTL" not in line
+
+
+# A process of its own, logging to its real stderr as the server does, in each format.
+UNRETRIEVED_TASK_EXCEPTION = f"""\
+import asyncio, gc, sys
+from skill_mcp.logs import configure_logging
+configure_logging(level="debug", fmt=sys.argv[1])
+async def fails():
+    raise ValueError("{S("asyncio")}")
+async def main():
+    asyncio.get_running_loop().create_task(fails())
+    await asyncio.sleep(0.01)
+asyncio.run(main())
+gc.collect()
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_a_library_messages_further_lines_are_dropped_in_either_format(fmt):
+    # The console format escapes a newline as text; were that done first, the line holding the exception's
+    # message would no longer be a line of its own to drop.
+    done = subprocess.run([sys.executable, "-c", UNRETRIEVED_TASK_EXCEPTION, fmt], capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == b"", done
+    (line,) = done.stderr.decode().splitlines()
+    assert "Task exception was never retrieved" in line and "ValueError" in line
+    assert "SNTL" not in line and "future:" not in line
