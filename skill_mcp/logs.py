@@ -44,7 +44,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
     structlog.configure(
         processors=[*stamp, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=structlog.WriteLoggerFactory(file=stream),  # a line and its newline in one write, as the SDK's
         cache_logger_on_first_use=False,
     )
     # The SDK logs through the standard library, from warning (or a higher threshold) up: rendered like ours, so

@@ -5,6 +5,7 @@ reaches a line; this file checks what a line is.)"""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pty
 import re
@@ -16,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from support import write_skill
 from wire import LineClient, clean_environ, legacy_handshake, running, tool_payload
+
+from skill_mcp.logs import configure_logging
 
 MODULE = (sys.executable, "-m", "skill_mcp")
 SYSTEM_PATH = "/usr/bin:/bin"  # no version manager's shims, whose own warning would depend on the machine
@@ -353,3 +357,37 @@ def test_colour_only_for_the_console_format_on_a_terminal(tree, fmt):
     else:  # machines read it even on a terminal (docker logs -t): plain JSON, one object per line
         assert b"\x1b" not in written
         assert all(isinstance(json.loads(line), dict) for line in lines)
+
+
+class _Writes:
+    """A stream that keeps each write apart, as BackgroundStderr hands each to fd 2."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_each_log_line_reaches_stderr_in_one_write_with_its_newline(fmt: str) -> None:
+    # Written apart, another thread's line (the SDK's, the exit watchdog's) could land between a line and its
+    # newline, and two lines would read as one.
+    stream = _Writes()
+    configure_logging(level="info", fmt=fmt, stream=stream)
+    try:
+        structlog.get_logger().info("ours", field=1)
+        logging.getLogger("mcp.test").warning("the SDK's")
+    finally:
+        structlog.reset_defaults()
+        logging.basicConfig(force=True)
+    assert len(stream.writes) == 2
+    assert all(write.endswith("\n") and write.count("\n") == 1 for write in stream.writes), stream.writes
+
