@@ -154,7 +154,7 @@ def _scan_entries(scan: _RootScan, scan_path: str, real_scan_path: str, claimed_
         return
     if at_root and (case_note := _case_note(entry.name for entry in entries)):  # one skill's folder as the root
         detail = "this root has no SKILL.md, so it is not a skill itself; only its directories are scanned for skills"
-        scan.problems.append(Problem(real_scan_path, "no-skill-md", detail + case_note))
+        scan.missing_skill_md.append(Problem(real_scan_path, "no-skill-md", detail + case_note))
     for entry in entries:
         if entry.name.startswith("."):
             continue
