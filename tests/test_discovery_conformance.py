@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from conftest import make_skill
+from support import ERAS, connect, payload
 
 from skill_mcp.catalog import discover
 from skill_mcp.deployment import build_deployment
@@ -180,3 +182,55 @@ def test_max_skills_above_4096_is_clamped_and_the_4097th_skill_is_left_out(tmp_p
     assert problem.detail == (
         'found 4097 skills but the limit is 4096 (MCP_MAX_SKILLS); the first 4096 are served, 1 ignored: "s4096"'
     )
+
+
+# --- §7.1 through the real server: every discovery reason, in the order of §3 ------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("era", ERAS)
+async def test_skill_list_carries_every_discovery_problem_exactly_and_in_the_order_of_3(tmp_path, root, era):
+    other = tmp_path / "other"
+    make_skill(other, "twin")
+    make_skill(root, "twin")
+    make_skill(root, "a-bad", "name: [unclosed\n")
+    make_skill(root, "b-link-target")
+    (root / "c-alias").symlink_to("b-link-target")
+    (root / "d-empty").mkdir()
+    (root / "e-out").symlink_to(tmp_path)
+    make_skill(root, "f-odd", "name: f-odd\ndescription: d\nflavour: x\nmcp-host:\n  version: 1\n  run:\n"
+               "    - {script: gone.py, interpreter: python3}\n", files={"%20.txt": "x"})
+    make_skill(root, "g name")
+    (root / "h-pipe").mkdir()
+    os.mkfifo(root / "h-pipe" / "SKILL.md")
+    (root / "i-dangling").mkdir()
+    (root / "i-dangling" / "SKILL.md").symlink_to("nowhere")
+    full = make_skill(root, "j-full")
+    for index in range(2000):
+        (full / f"f{index:04d}").write_bytes(b"")
+    missing = str(tmp_path / "missing")
+    roots = f"{missing}:{root}:{other}"
+    grant = '[{"skill": "nobody", "script": "x.py"}]'
+    deployment, _ = build_deployment({"SKILLS_DIR": roots, "MCP_MAX_SKILLS": "2", "MCP_SKILL_RUN": grant})
+    async with connect(deployment, era) as client:
+        listing = payload(await client.call_tool("skill_list", {}))
+    assert listing["problems"] == [problem.to_json() for problem in deployment.problems]
+    assert all(list(problem) == ["path", "reason", "detail"] for problem in listing["problems"])
+    assert [(problem["path"], problem["reason"]) for problem in listing["problems"]] == [
+        (missing, "root-unreadable"),
+        (str(root / "c-alias"), "name-mismatch"),
+        (str(root / "e-out"), "symlink-escape"),
+        (str(root / "d-empty"), "no-skill-md"),
+        (str(root / "a-bad"), "malformed-frontmatter"),
+        (str(root / "f-odd"), "declaration"),
+        (str(root / "f-odd"), "unusable-path"),
+        (str(root / "f-odd"), "declared-script-missing"),
+        (str(root / "g name"), "unusable-name"),
+        (str(root / "h-pipe"), "unreadable-skill-md"),
+        (str(root / "i-dangling"), "symlink-escape"),
+        (str(full), "file-limit"),
+        (str(root / "twin"), "duplicate-name"),
+        (f"{missing}:{root}:{other}", "skill-limit"),
+        ("MCP_SKILL_RUN", "grant"),
+    ]
+    assert [skill["name"] for skill in listing["skills"]] == ["b-link-target", "f-odd"]
