@@ -40,6 +40,30 @@ def test_a_roots_own_no_skill_md_comes_after_the_collection_problems(root):
     assert '"skill.md"' in catalog.problems[1].detail
 
 
+
+# --- §3.2 layouts ------------------------------------------------------------------------------------------
+
+
+def test_a_layout_a_root_is_the_only_candidate_and_nothing_under_it_is_scanned(tmp_path, root):
+    # Its `skills` directory, an empty directory and a link out are the skill's own files, not entries: no
+    # skill "beta", no no-skill-md, no symlink-escape.
+    skill_dir = make_skill(root, "alpha", files={"skills/beta/SKILL.md": "---\nname: beta\n---\n"})
+    (skill_dir / "empty").mkdir()
+    (skill_dir / "out").symlink_to(tmp_path)
+    catalog = discover([str(skill_dir)], 32)
+    assert (names(catalog), catalog.problems) == (["alpha"], ())
+    assert [entry.path for entry in catalog.skills[0].manifest] == ["SKILL.md", "skills/beta/SKILL.md"]
+
+
+def test_scans_are_one_level_deep_under_the_root_and_under_skills(root):
+    make_skill(root / "group", "deep")
+    make_skill(root / "skills" / "group2", "deeper")
+    make_skill(root / "skills", "shallow")
+    catalog = discover([str(root)], 32)
+    assert names(catalog) == ["shallow"]
+    assert reasons(catalog) == [(str(root / "group"), "no-skill-md"), (str(root / "skills" / "group2"), "no-skill-md")]
+
+
 # --- §3.1 skill-name pattern, §3.4 step 7 ------------------------------------------------------------------
 
 
