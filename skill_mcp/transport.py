@@ -14,6 +14,7 @@ import fcntl
 import io
 import os
 import queue
+import re
 import select
 import stat
 import sys
@@ -33,7 +34,7 @@ STDOUT_PIPE_BYTES = 1024 * 1024  # a 1 MiB answer crosses a pipe this wide in on
 # A widened pipe is narrowed back once the client has read what did not fit (F_SETPIPE_SZ refuses before: EBUSY),
 # tried this long after the writer fell idle, then at twice the wait, up to a second.
 NARROW_FIRST_SECONDS, NARROW_MAX_SECONDS = 0.01, 1.0
-JSON_WHITESPACE = " \t\r\n"
+_BLANK_LINE = re.compile(r"[ \t\r\n]*\Z")  # JSON's whitespace alone: no message (matched without copying the line)
 _END = object()
 
 
@@ -179,7 +180,7 @@ class _LineReader:
             raw = io.BufferedReader(_WaitingReads(self._fd))
             with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as wire:
                 while line := wire.readline(MAX_MESSAGE_CHARS + 1):
-                    if not line.strip(JSON_WHITESPACE):  # no message: Enter pressed at a terminal, a "\n\n" ending
+                    if _BLANK_LINE.match(line):  # Enter pressed at a terminal, a "\n\n" ending
                         continue
                     if len(line) > MAX_MESSAGE_CHARS and not line.endswith("\n"):
                         line = line[:MAX_MESSAGE_CHARS] + LINE_CUT  # refused, answered by an id read from its start
