@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import threading
+import traceback
 import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from .hardening import ScrubResult
 
 _READY_NAMES_SHOWN = 8  # skills the `ready` line names before "…"
+CRASH_FRAMES = 12  # the innermost frames a `python.crash` line names
 _ROOT_PROBLEM = (
     "the server runs as root, so its scripts do too, and root reads any process's memory and environment whatever "
     "the server's non-dumpable flag; run the server as an unprivileged user (the appliance's fenced start does)"
@@ -65,6 +67,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
     warnings.showwarning = _log_warning
     sys.unraisablehook = _log_unraisable
     threading.excepthook = _log_thread_exception
+    sys.excepthook = _log_crash
 
 
 def _log_warning(message: Any, category: type[Warning], filename: str, lineno: int, *_: Any, **__: Any) -> None:
@@ -82,6 +85,13 @@ def _log_thread_exception(report: Any) -> None:
         return
     thread = report.thread.name if report.thread is not None else None
     structlog.get_logger().error("thread.error", thread=thread, errorType=report.exc_type.__name__)
+
+
+def _log_crash(exc_type: type[BaseException], _: BaseException, trace: Any) -> None:
+    # Where it happened, innermost last, by file, line and function: a frame's source line or the exception's text
+    # could quote what was being handled. The process then exits 1, as after Python's own report.
+    frames = [f"{os.path.basename(frame.filename)}:{frame.lineno} {frame.name}" for frame in traceback.extract_tb(trace)]
+    structlog.get_logger().error("python.crash", errorType=exc_type.__name__, where=frames[-CRASH_FRAMES:])
 
 
 def _printable_strings(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:

@@ -430,6 +430,26 @@ def test_pythons_own_reports_are_json_lines_without_their_text(logged_to, capsys
     assert "SNTL" not in logged_to.getvalue() and capsys.readouterr() == ("", "")
 
 
+CRASHES = f"""
+from skill_mcp.logs import configure_logging
+configure_logging()
+def handle(contents):
+    raise ValueError("could not handle " + contents)
+handle("{S("crash")}")
+"""
+
+
+def test_a_crash_of_the_main_thread_is_one_json_line_without_its_text():
+    # Python's own report is a multi-line traceback quoting the exception's message and each frame's source line.
+    crashed = subprocess.run([sys.executable, "-c", CRASHES], capture_output=True, text=True, timeout=60)
+    assert crashed.returncode == 1 and crashed.stdout == ""
+    (line,) = crashed.stderr.splitlines()
+    logged = json.loads(line)
+    assert (logged["event"], logged["level"], logged["errorType"]) == ("python.crash", "error", "ValueError")
+    assert logged["where"] == ["<string>:6 <module>", "<string>:5 handle"]
+    assert "SNTL" not in crashed.stderr
+
+
 def test_a_huge_request_id_is_logged_cut(tree):
     # A client's id is echoed whole in its answer, but each log line is queued for stderr (4096 lines, when the
     # client does not read it): a 4 MB id per line would queue gigabytes. The log shows its start.
