@@ -172,6 +172,39 @@ def test_policy_has_no_flush_ruleset_and_the_sketch_rules() -> None:
         assert piece in rules, piece
 
 
+# SPEC §15.3's sketch, rule for rule: the exact default-deny policy and its only allowances.
+POLICY_SKETCH = """
+table inet skill_egress
+delete table inet skill_egress
+table inet skill_egress {
+  set allow4 { type ipv4_addr; flags interval; }
+  set allow6 { type ipv6_addr; flags interval; }
+  set dns4 { type ipv4_addr; }
+  set dns6 { type ipv6_addr; }
+  chain output {
+    type filter hook output priority 0; policy drop;
+    oif "lo" accept
+    ct state established,related accept
+    icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept
+    ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept
+    ip6 daddr @dns6 meta l4proto { tcp, udp } th dport 53 accept
+    ip daddr @allow4 accept
+    ip6 daddr @allow6 accept
+  }
+}
+"""
+
+
+def test_policy_is_exactly_the_sketch_in_order_with_nothing_else() -> None:
+    # Comments and layout aside, the file is the sketch: no extra accept (a port, a uid, a
+    # wider set), no rule moved ahead of another, no other table or chain.
+    def lines(text: str) -> list[str]:
+        return [" ".join(line.split("#", 1)[0].split()) for line in text.splitlines()
+                if line.split("#", 1)[0].strip()]
+
+    assert lines(POLICY.read_text(encoding="utf-8")) == lines(POLICY_SKETCH)
+
+
 def test_policy_passes_nft_check() -> None:
     need("nft", "unshare")
     # nft -c still talks to the kernel; give it a namespace of its own so nothing real is read.
