@@ -321,9 +321,17 @@ def test_mint_yaml() -> None:
     assert isinstance(doc["summary"], str) and doc["summary"] and "\n" not in doc["summary"]
     assert doc["egress"] == {"allow": []}
     assert set(doc) == {"version", "name", "slug", "summary", "egress"}
-    comments = " ".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
-    for said in ("runtime", "MCP_SKILLS_PATH", "state.dataDir", "MCP_DATA_DIR", "env", "skill_list",
-                 "egress"):
+    comments = " ".join(" ".join(line.split("#", 1)[1].split()) for line in text.splitlines() if "#" in line)
+    # §15.5: each thing it deliberately does not propose, and why, is said in a comment.
+    for said in (
+        "runtime", "tier",  # a package may not choose its tier
+        "skills", "pinned", "read-only", "MCP_SKILLS_PATH",
+        "state.dataDir", "MCP_DATA_DIR", "TMPDIR",
+        "env:",
+        "tools narrowing", "skill_list", "skill_load", "skill_file", "non-executable",
+        "real egress", "declare",
+        "the adapter itself reaches nothing",
+    ):
         assert said in comments, said
 
 
