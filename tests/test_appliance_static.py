@@ -492,6 +492,37 @@ def test_entrypoint_as_root_loads_the_policy_and_drops_everything(shared_dir: Pa
     assert again.returncode == 0, again.stderr
 
 
+def test_entrypoint_computes_the_allowlist_as_10001_with_the_servers_environment_before_the_policy(
+        shared_dir: Path, netns: str) -> None:
+    # §15.3 step 1: `list --egress` runs as uid 10001 (via setpriv), with the environment the
+    # server gets, before any rule is loaded. The stand-in CLI reports who it runs as and
+    # whether a datagram to a non-loopback address still leaves (it does only without rules).
+    need("setpriv", SYSTEM_PYTHON)
+    for args in (["link", "add", "skA", "type", "veth", "peer", "name", "skB"],
+                 ["addr", "add", "192.0.2.1/24", "dev", "skA"], ["link", "set", "skA", "up"],
+                 ["link", "set", "skB", "up"]):
+        subprocess.run(["ip", "-n", netns, *args], check=True)
+    env = stage(shared_dir, "")
+    send = ("import socket\ntry:\n socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('192.0.2.2', 9))"
+            "\n print('sent')\nexcept OSError as e:\n print(e.strerror)")
+    (shared_dir / "skill-mcp").write_text(
+        "#!/bin/sh\n[ \"$*\" = 'list --egress' ] || exit 2\n"
+        f"echo \"CLI uid=$(id -u) gid=$(id -g) groups=$(id -G) marker=$SERVER_MARKER"
+        f" $(grep CapEff /proc/self/status) egress=$({SYSTEM_PYTHON} -c \"{send}\")\" >&2\n"
+        "echo 192.0.2.2\n")
+    env["SERVER_MARKER"] = "from-the-server-env"
+    proc = subprocess.run(["ip", "netns", "exec", netns, str(shared_dir / "entrypoint.sh"), SYSTEM_PYTHON, "-c", send],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("CLI ")]
+    assert line == ("CLI uid=10001 gid=10001 groups=10001 marker=from-the-server-env"
+                    " CapEff:\t0000000000000000 egress=sent"), line
+    # The server, started after the policy with 192.0.2.2 allowed, still sends; the policy is on.
+    assert proc.stdout.strip() == "sent"
+    listed = nft_in(netns, "list", "set", "inet", "skill_egress", "allow4")
+    assert "192.0.2.2" in listed.stdout, listed.stdout
+
+
 def test_entrypoint_as_root_with_an_empty_allowlist_opens_no_resolver(shared_dir: Path, netns: str) -> None:
     need("setpriv", SYSTEM_PYTHON)
     env = stage(shared_dir, "")
