@@ -140,6 +140,12 @@ def test_every_apt_install_removes_the_lists_in_its_own_layer() -> None:
         # A base without debian:*-slim's docker-clean hook (the debootstrap tree CI imports) keeps
         # every downloaded .deb in /var/cache/apt: about 100 MiB in the image.
         assert "apt-get clean" in args, args
+    # §15.2's Debian packages, across the two stages (python3-venv is needed only to build the venv).
+    build = installs[0]
+    assert re.search(r"\bpython3-venv\b", build) and "python3 -m venv /app/venv" in " ".join(
+        args for word, args in dockerfile_instructions() if word == "RUN")
+    installed = set(" ".join(installs).split())
+    assert {"python3", "python3-venv", "nodejs", "nftables", "ca-certificates"} <= installed
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
