@@ -197,6 +197,18 @@ user=$("$docker" image inspect -f '{{.Config.User}}' "$image")
     test -f /skills/skill-mcp-demo/SKILL.md || { echo "no demo skill in /skills"; exit 1; }
     test "$(stat -c %u:%g /data)" = 10001:10001 || { echo "/data not owned by 10001"; exit 1; }
     test "$SKILLS_DIR" = /skills || { echo "SKILLS_DIR=$SKILLS_DIR"; exit 1; }
+    # §15.2 ownership: what the image ships belongs to root; 10001 owns /data and can write nowhere else but the
+    # sticky temporary directories. (A writable venv, policy or entrypoint would let the server widen the
+    # allowlist, or run code as root, at the next fenced start.)
+    for path in /app /app/venv /app/venv/bin/skill-mcp /app/entrypoint.sh /etc/skill-mcp/egress.nft \
+        /skills /skills/skill-mcp-demo/SKILL.md; do
+        test "$(stat -c %u:%g "$path")" = 0:0 || { echo "$path is owned by $(stat -c %u:%g "$path"), not root"; exit 1; }
+    done
+    test "$(stat -c %a /app/entrypoint.sh)" = 755 || { echo "/app/entrypoint.sh mode $(stat -c %a /app/entrypoint.sh)"; exit 1; }
+    test "$(stat -c %a /etc/skill-mcp/egress.nft)" = 644 || { echo "egress.nft mode $(stat -c %a /etc/skill-mcp/egress.nft)"; exit 1; }
+    writable=$(find / -xdev \( -path /proc -o -path /sys -o -path /dev \) -prune -o -writable -print 2>/dev/null |
+        grep -vxE "/data|/tmp|/var/tmp|/run/lock|/var/lock" || true)
+    test -z "$writable" || { echo "writable by 10001 beyond /data and the temporary directories:"; echo "$writable" | head -n 20; exit 1; }
     ! ls /var/cache/apt/archives/*.deb >/dev/null 2>&1 || { echo "downloaded .debs left in /var/cache/apt"; exit 1; }
     echo "python3 $(python3 -c "import sys; print(sys.version.split()[0], sys.prefix)"); node $(node --version)"
 ' || fail "image layout"
