@@ -221,6 +221,39 @@ fd = opener("/skills/skill-mcp-demo/SKILL.md") if opener else None
 print("link-free open (openat2):", "in use" if fd is not None else "not available here; reads take the full check")
 ' || fail "link-free open probe"
 
+step "fenced start (§15.3): the image's own 'skill-mcp list --egress' feeds the allowlist; the command runs as 10001, no caps, MCP_EGRESS_FENCED=1"
+# A skill whose runnable script declares an address and a wildcard: the real CLI's output, read
+# by the real entrypoint, gives one entry (the wildcard is skipped with a warning), MCP_EGRESS_ALLOW another.
+mkdir -p "$run/egress-skills/ct-egress/scripts"
+cat >"$run/egress-skills/ct-egress/SKILL.md" <<'MD'
+---
+name: ct-egress
+description: Container-test skill declaring egress.
+mcp-host:
+  version: 1
+  run:
+    - script: scripts/noop.py
+      interpreter: python3
+  egress: [192.0.2.77, "*.wild.example"]
+---
+Container-test only.
+MD
+echo 'print("noop")' >"$run/egress-skills/ct-egress/scripts/noop.py"
+chmod -R a+rX "$run/egress-skills"
+fenced=$("$docker" run --rm --user 0:0 --cap-drop ALL \
+    --cap-add NET_ADMIN --cap-add SETUID --cap-add SETGID --cap-add SETPCAP \
+    -e MCP_EGRESS_ALLOW=198.51.100.0/24 -v "$run/egress-skills:/skills:ro" "$image" \
+    sh -c 'echo "uid $(id -u):$(id -g) fenced ${MCP_EGRESS_FENCED:-unset} caps $(awk "/^Cap(Eff|Bnd)/ {print \$2}" /proc/self/status | tr "\n" " ")"' \
+    2>"$run/fenced.err") || { cat "$run/fenced.err" >&2; fail "the fenced start did not run the command"; }
+cat "$run/fenced.err"
+echo "$fenced"
+[ "$fenced" = "uid 10001:10001 fenced 1 caps 0000000000000000 0000000000000000 " ] ||
+    fail "fenced start: expected uid 10001:10001, MCP_EGRESS_FENCED=1 and no capabilities, got: $fenced"
+grep -q "egress policy loaded, 2 allowlist entries" "$run/fenced.err" ||
+    fail "fenced start: the allowlist is not the declared address plus MCP_EGRESS_ALLOW"
+grep -q "skipping wildcard egress entry '\*.wild.example'" "$run/fenced.err" ||
+    fail "fenced start: no warning for the declared wildcard"
+
 step "smoke: initialize, tools/list and a two-step skill_run of each demo script over stdio"
 cat >"$run/mcp-driver.py" <<'PY'
 """Minimal stdlib JSON-RPC client for the MCP stdio transport (newline-delimited JSON)."""
