@@ -281,11 +281,17 @@ def test_compose_file() -> None:
     assert set(services) == {"outside", "allowed", "appliance", "control"}
     assert len(doc["networks"]) == 1
     network = next(iter(doc["networks"]))
+    # Nothing beyond §15.4's keys: no build, ports, privileged, security_opt or network_mode
+    # (a service off the one network, or in the host's, would prove nothing about the policy).
+    common = {"image", "user", "init", "command", "networks"}
+    keys = {"outside": common, "allowed": common,
+            "appliance": common | {"cap_drop", "cap_add", "environment", "volumes", "depends_on"},
+            "control": common | {"cap_drop", "volumes", "depends_on"}}
     for name, service in services.items():
+        assert set(service) == keys[name], name
         assert service["init"] is True, name
         assert service["image"] == "skill-mcp:local", name
-        assert "build" not in service, name
-        assert service.get("networks", [network]) == [network], name
+        assert service["networks"] == [network], name
     for name in ("outside", "allowed"):
         assert services[name]["user"] == "10001:10001"
         assert command_text(services[name]).startswith("python3 -m http.server 8080")
@@ -294,7 +300,7 @@ def test_compose_file() -> None:
     assert appliance["user"] == "0:0"
     assert appliance["cap_drop"] == ["ALL"]
     assert sorted(appliance["cap_add"]) == ["NET_ADMIN", "SETGID", "SETPCAP", "SETUID"]
-    assert environment(appliance)["MCP_EGRESS_ALLOW"] == "allowed"
+    assert environment(appliance) == {"MCP_EGRESS_ALLOW": "allowed"}
     assert any(v.endswith(":ro") and "egress-probe.py" in v for v in appliance["volumes"])
     cmd = command_text(appliance)
     for piece in ("egress-probe.py check", "--expect-uid=10001", "--expect-nft-denied", "--loopback",
