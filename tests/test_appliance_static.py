@@ -317,7 +317,8 @@ def test_compose_file() -> None:
 
 def test_fly_toml() -> None:
     doc = tomllib.loads((REPO / "fly.toml").read_text(encoding="utf-8"))
-    assert doc["build"]["dockerfile"] == "Dockerfile"
+    # Builds the repository Dockerfile: no [build] image (it would win over the Dockerfile) or builder.
+    assert doc["build"] == {"dockerfile": "Dockerfile"}
     assert doc["env"] == {"SKILLS_DIR": "/skills"}
     (vm,) = doc["vm"]
     assert vm["cpu_kind"] == "shared"
