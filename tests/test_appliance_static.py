@@ -633,3 +633,13 @@ def test_probe_loopback_listener_and_usage_error() -> None:
     assert "PROBE PASS" in proc.stdout
     bad = subprocess.run([SYSTEM_PYTHON, str(PROBE), "check", "nonsense"], capture_output=True, text=True)
     assert bad.returncode == 2
+    # One unmet expectation is enough for a failing verdict (exit 1), the others still printed.
+    wrong = subprocess.run(
+        [SYSTEM_PYTHON, str(PROBE), "check", "--loopback", f"--expect-uid={os.getuid() + 1}"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert re.search(r"^CONNECTED 127\.0\.0\.1:\d+ .* expected open: ok$", wrong.stdout, re.M)
+    assert "PROBE FAIL" in wrong.stdout
+    # §15.4: a 3 s connect timeout.
+    assert re.search(r"^CONNECT_TIMEOUT = 3(\.0)?$", PROBE.read_text(encoding="utf-8"), re.M)
