@@ -536,12 +536,22 @@ def test_entrypoint_computes_the_allowlist_as_10001_with_the_servers_environment
     assert "192.0.2.2" in listed.stdout, listed.stdout
 
 
-def test_entrypoint_as_root_with_an_empty_allowlist_opens_no_resolver(shared_dir: Path, netns: str) -> None:
-    need("setpriv", SYSTEM_PYTHON)
-    env = stage(shared_dir, "")
-    proc = subprocess.run(["ip", "netns", "exec", netns, str(shared_dir / "entrypoint.sh"), "true"],
+@pytest.mark.parametrize("cli_output", ["", "*.example.com\nnot_a_host\n"], ids=["empty", "nothing-resolvable"])
+def test_entrypoint_as_root_with_an_empty_allowlist_opens_no_resolver(
+        shared_dir: Path, netns: str, cli_output: str) -> None:
+    # Resolvers open only with something to reach: entries that yield no address (a wildcard,
+    # a non-host) leave the allowlist sets empty, and so dns4/dns6 too (README, step 4).
+    need("setpriv", "unshare", "mount", SYSTEM_PYTHON)
+    env = stage(shared_dir, cli_output)
+    resolv = shared_dir / "resolv.conf"
+    resolv.write_text("nameserver 192.0.2.53\nnameserver 2001:db8::53\n")
+    resolv.chmod(0o644)
+    script = 'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
+    proc = subprocess.run(["ip", "netns", "exec", netns, "unshare", "--mount", "--propagation", "private",
+                           "sh", "-c", script, "sh", str(resolv), str(shared_dir / "entrypoint.sh"), "true"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+    assert "egress policy loaded, 0 allowlist entries" in proc.stderr
     listed = nft_in(netns, "-j", "list", "table", "inet", "skill_egress")
     sets = [o["set"] for o in json.loads(listed.stdout)["nftables"] if "set" in o]
     assert all("elem" not in s for s in sets), sets
