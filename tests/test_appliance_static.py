@@ -632,22 +632,23 @@ def test_container_test_runs_the_readme_lines_verbatim() -> None:
 
 # ---- probe (§15.4) --------------------------------------------------------------------------
 
-def test_probe_loopback_listener_and_usage_error() -> None:
-    need(SYSTEM_PYTHON)
-    proc = subprocess.run(
-        [SYSTEM_PYTHON, str(PROBE), "check", "--loopback", f"--expect-uid={os.getuid()}"],
+def probe_loopback(expected_uid: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SYSTEM_PYTHON, str(PROBE), "check", "--loopback", f"--expect-uid={expected_uid}"],
         capture_output=True, text=True, timeout=30,
     )
+
+
+def test_probe_loopback_listener_and_usage_error() -> None:
+    need(SYSTEM_PYTHON)
+    proc = probe_loopback(os.getuid())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"^CONNECTED 127\.0\.0\.1:\d+ .* expected open: ok$", proc.stdout, re.M)
     assert "PROBE PASS" in proc.stdout
     bad = subprocess.run([SYSTEM_PYTHON, str(PROBE), "check", "nonsense"], capture_output=True, text=True)
     assert bad.returncode == 2
     # One unmet expectation is enough for a failing verdict (exit 1), the others still printed.
-    wrong = subprocess.run(
-        [SYSTEM_PYTHON, str(PROBE), "check", "--loopback", f"--expect-uid={os.getuid() + 1}"],
-        capture_output=True, text=True, timeout=30,
-    )
+    wrong = probe_loopback(os.getuid() + 1)
     assert wrong.returncode == 1, wrong.stdout + wrong.stderr
     assert re.search(r"^CONNECTED 127\.0\.0\.1:\d+ .* expected open: ok$", wrong.stdout, re.M)
     assert "PROBE FAIL" in wrong.stdout
