@@ -186,9 +186,12 @@ def _scan_entries(scan: _RootScan, scan_path: str, real_scan_path: str, claimed_
         if is_candidate:
             scan.candidates.append(real)
         else:
-            scan.missing_skill_md.append(
-                Problem(real, "no-skill-md", "this directory has no SKILL.md, so it is not a skill" + _case_note_of(real))
-            )
+            # An alias of a directory scanned for skills (`x -> skills`, `skills/self -> .`) holds them one level
+            # down, served already: no hint to add it as a root.
+            scanned = real in (real_scan_path, os.path.join(real_root, "skills"))
+            note = _case_note_of(real, nested=not scanned)
+            detail = "this directory has no SKILL.md, so it is not a skill" + note
+            scan.missing_skill_md.append(Problem(real, "no-skill-md", detail))
 
 
 def _resolve_entry(path: str, entry_path: str, is_link: bool, real_root: str) -> tuple[str | None, Problem | None]:
@@ -219,13 +222,13 @@ def _unexpanded_note(root: str, error: OSError) -> str:
 _CASE_PROBE_ENTRIES = 4096  # a directory without SKILL.md may be large; its first names are enough for a hint
 
 
-def _case_note_of(directory: str) -> str:
+def _case_note_of(directory: str, nested: bool) -> str:
     try:
         with os.scandir(directory) as listing:
             entries = list(islice(listing, _CASE_PROBE_ENTRIES))
     except OSError:
         return ""
-    return _case_note(entry.name for entry in entries) or _nested_note(directory, entries)
+    return _case_note(entry.name for entry in entries) or (_nested_note(directory, entries) if nested else "")
 
 
 def _nested_note(directory: str, entries: Iterable[os.DirEntry[str]]) -> str:

@@ -124,6 +124,21 @@ def test_a_skill_one_level_too_deep_is_named_beside_its_groups_no_skill_md(root:
     ])
 
 
+@pytest.mark.parametrize("alias", ["x -> skills", "skills/self -> ."])
+def test_an_alias_of_a_scanned_skills_directory_draws_no_hint_to_add_it_as_a_root(
+    root: Path, elsewhere: Path, alias: str
+) -> None:
+    # Its skills are served already, through layout C; §3.3 still reports the alias as a directory without SKILL.md.
+    make_skill(root / "skills", "summarise")
+    link, target = alias.split(" -> ")
+    (root / link).symlink_to(target)
+    code, stdout, _ = run_cli(["check", str(root)], elsewhere)
+    assert (code, stdout.splitlines()) == (1, [
+        f"no-skill-md  {root / 'skills'}: this directory has no SKILL.md, so it is not a skill",
+        "1 skill(s), 1 problem(s)",
+    ])
+
+
 LINKING_BODY = """See [the guide](references/guide.md), [a typo](references/gude.md) and ![the logo](assets/logo.png "Logo").
 Also [the folder](references/), [usage](#usage), [part](references/guide.md#part), [web](https://example.com/a.md),
 [mail](mailto:a@example.com), [an absolute path](/etc/passwd), [a sibling](../other/SKILL.md),
