@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ERAS, connect, payload, write_skill
+from support import ERAS, connect, deployment_for, error_text, payload, write_skill
 
 from skill_mcp.config import BUNDLED_ROOT
 from skill_mcp.deployment import build_deployment
@@ -140,3 +140,58 @@ async def test_item_13_an_explicit_grant_even_empty_beats_the_hosted_default(roo
     a, _ = roots
     listed = await skill_list({"MCP_SKILLS_PATH": str(a), "MCP_SKILL_RUN": grant}, era)
     assert grant_view(listed) == ("MCP_SKILL_RUN", False, None, {"alpha": scripts})
+
+
+# Discovery and frontmatter (items 32, 45, 49), as skill_list, skill_load and skill_run show them.
+
+
+@pytest.mark.parametrize(("max_skills", "served"), [(None, 32), ("40", 35)])
+async def test_item_32_thirty_five_skills_against_the_default_limit_and_a_limit_of_40(root, era, max_skills, served):
+    for index in range(35):
+        write_skill(root, f"s{index:02d}")
+    environ = {"SKILLS_DIR": str(root)} | ({"MCP_MAX_SKILLS": max_skills} if max_skills else {})
+    listed = await skill_list(environ, era)
+    assert [skill["name"] for skill in listed["skills"]] == [f"s{index:02d}" for index in range(served)]
+    limits = [problem for problem in listed["problems"] if problem["reason"] == "skill-limit"]
+    if served == 32:
+        assert [problem["path"] for problem in limits] == [str(root)]
+        assert "32" in limits[0]["detail"] and "35" in limits[0]["detail"] and "3 ignored" in limits[0]["detail"]
+    else:
+        assert listed["problems"] == []
+
+
+async def test_item_45_a_missing_declared_script_is_reported_and_stays_declared(root, era):
+    if OUTSIDE_PYTHON is None:
+        pytest.skip("no python3 outside the virtual environment to pin as the python3 interpreter")
+    skill_dir = write_skill(root, "alpha", RUNS.format(name="alpha"))  # no scripts/run.py on disk
+    deployment = deployment_for({"SKILLS_DIR": str(root), "MCP_SKILL_PYTHON": OUTSIDE_PYTHON, "PATH": "/nonexistent"})
+    async with connect(deployment, era) as client:
+        listed = payload(await client.call_tool("skill_list", {}))
+        loaded = payload(await client.call_tool("skill_load", {"name": "alpha"}))
+        refused = error_text(await client.call_tool("skill_run", {"name": "alpha", "script": "scripts/run.py"}))
+    assert listed["problems"] == [{
+        "path": str(skill_dir), "reason": "declared-script-missing",
+        "detail": 'the skill declares "scripts/run.py", which is not a file in this skill',
+    }]
+    assert (listed["skills"][0]["scripts"], listed["skills"][0]["executable"]) == ([RUN], True)
+    assert loaded["scripts"] == [{"script": "scripts/run.py", "interpreter": "python3", "runnableHere": True}]
+    assert refused.startswith('"scripts/run.py" is not a file in this skill')  # fails at resolution, not "not declared"
+
+
+async def test_item_49_no_opener_an_unclosed_block_and_an_oversized_block_are_malformed(root, era):
+    write_skill(root, "alpha")
+    for name, text in (
+        ("no-opener", "# Just markdown\n"),
+        ("unclosed", "---\nname: unclosed\ndescription: d\n"),
+        ("oversized", "---\ndescription: " + "x" * 65536 + "\n---\nBody.\n"),
+    ):
+        (root / name).mkdir()
+        (root / name / "SKILL.md").write_text(text, encoding="utf-8")
+    listed = await skill_list({"SKILLS_DIR": str(root)}, era)
+    assert [skill["name"] for skill in listed["skills"]] == ["alpha"]
+    details = {Path(problem["path"]).name: (problem["reason"], problem["detail"]) for problem in listed["problems"]}
+    assert set(details) == {"no-opener", "unclosed", "oversized"}
+    assert {reason for reason, _ in details.values()} == {"malformed-frontmatter"}
+    assert 'does not begin with a "---" frontmatter block' in details["no-opener"][1]
+    assert "never closed" in details["unclosed"][1]
+    assert "65536" in details["oversized"][1]

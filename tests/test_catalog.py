@@ -803,6 +803,8 @@ def test_missing_declared_script_is_reported_and_stays_declared(root):
     # The author is told why a link is "missing", and what clears the problem; a missing file gets no such note.
     assert "symbolic link" not in catalog.problems[0].detail
     assert catalog.problems[1].detail.endswith(LINK_NOTE)
+    runs = served(catalog, "runner").declaration.runs
+    assert [run.script for run in runs] == ["scripts/missing.py", "scripts/present.py", "scripts/linked.py"]
 
 
 LINK_NOTE = (
