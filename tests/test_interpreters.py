@@ -4,6 +4,7 @@ import os
 import sys
 
 import pytest
+from wire import clean_environ, legacy_handshake, running, tool_payload
 
 from skill_mcp.config import ConfigWarning, load_config
 from skill_mcp.interpreters import _inside, find_interpreters, server_venv_prefix
@@ -202,3 +203,22 @@ def test_a_relative_path_entry_is_skipped_even_when_the_cwd_holds_an_interpreter
     monkeypatch.chdir(tmp_path)
     found, _ = find_interpreters(config(), os.pathsep.join(["", ".", "bin"]), None)
     assert found == {}
+
+
+@pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="the server must run in a virtual environment")
+@pytest.mark.parametrize(("named", "problem"), [
+    (sys.executable, "inside the server's virtual environment; python3 is unavailable"),
+    ("python3", "not an absolute path; python3 is unavailable"),
+])  # fmt: skip
+def test_the_real_server_refuses_its_own_venv_python_or_a_relative_one(tmp_path, named, problem):
+    # §17 #18 in a real process: the server runs from this venv, and a python3 that is usable on its own (the venv's
+    # interpreter; a bare name PATH would find) is still refused, with one warning naming the variable only.
+    environ = clean_environ(SKILLS_DIR=str(tmp_path), MCP_SKILL_PYTHON=named, PATH=os.path.dirname(sys.executable))
+    with running([sys.executable, "-m", "skill_mcp"], environ, cwd=str(tmp_path)) as client:
+        legacy_handshake(client)
+        listed = tool_payload(client.request("tools/call", {"name": "skill_list", "arguments": {}}))
+        client.close_stdin()
+        assert client.wait() == 0
+    assert "python3" not in listed["interpreters"]
+    warnings = [(e["variable"], e["problem"]) for e in client.log_events() if e["event"] == "config.warning"]
+    assert warnings == [("MCP_SKILL_PYTHON", problem)]
