@@ -399,6 +399,21 @@ def test_check_reports_spec_for_the_first_and_only_skill(root: Path, elsewhere: 
     assert [(p["reason"], p["path"]) for p in json.loads(stdout)["problems"]] == [("spec", str(root / "solo"))]
 
 
+def test_check_reports_spec_for_an_uppercase_name_an_empty_description_and_a_600_char_compatibility(
+    root: Path, elsewhere: Path
+) -> None:
+    # §17 item 163, through the real CLI: each of the three is a `spec` problem of its own skill, and check exits 1.
+    make_skill(root, "upper", "name: Upper\ndescription: d\n")
+    make_skill(root, "empty", "name: empty\ndescription: ''\n")
+    make_skill(root, "compat", "name: compat\ndescription: d\ncompatibility: " + "c" * 600 + "\n")
+    code, stdout, _ = run_cli(["check", str(root), "--json"], elsewhere)
+    spec = {p["path"]: p["detail"] for p in json.loads(stdout)["problems"] if p["reason"] == "spec"}
+    assert code == 1 and set(spec) == {str(root / name) for name in ("upper", "empty", "compat")}
+    assert 'name "Upper" is not 1-64 lowercase' in spec[str(root / "upper")]
+    assert '"description" is empty' in spec[str(root / "empty")]
+    assert "600 characters, over the 500" in spec[str(root / "compat")]
+
+
 def test_check_human_output_is_one_line_per_problem_then_the_summary(root: Path, elsewhere: Path) -> None:
     problem_tree(root)
     problems = cli_json(["check", str(root)], elsewhere)["problems"]

@@ -303,3 +303,57 @@ def test_a_grant_of_a_reserved_or_ambient_variable_says_what_becomes_of_it(tmp_p
         prefix.format("MCP_DATA_DIR") + "which every script is handed anyway when the server has it; no grant is needed",
         prefix.format("OTHER") + "which the script does not declare, so it is not handed over",
     ]
+
+
+def grant_tree(root):
+    """`weather` declares two scripts; `aaa` declares one and names itself "claimed" in its frontmatter."""
+    runs = "mcp-host:\n  version: 1\n  run:\n    - script: scripts/fetch.py\n      interpreter: python3\n"
+    make_skill(root, "weather", "name: weather\ndescription: Forecasts.\n" + runs +
+               "    - script: scripts/plot.py\n      interpreter: python3\n  egress: [api.example]\n",
+               files={"scripts/fetch.py": "print(1)\n", "scripts/plot.py": "print(2)\n"})  # fmt: skip
+    make_skill(root, "aaa", "name: claimed\ndescription: Claims another name.\n" + runs,
+               files={"scripts/fetch.py": "print(3)\n"})  # fmt: skip
+
+
+def listed_under(root, grant: str) -> dict:
+    environ = clean_environ(SKILLS_DIR=str(root), MCP_SKILL_RUN=grant, MCP_SKILL_PYTHON="/usr/bin/python3")
+    with running([sys.executable, "-m", "skill_mcp"], environ) as client:
+        legacy_handshake(client)
+        listing = tool_payload(client.request("tools/call", {"name": "skill_list", "arguments": {}}))
+    return {"problems": listing["problems"], **{skill["name"]: skill for skill in listing["skills"]}}
+
+
+UNGRANTED = "declared by the skill and not granted for this deployment, so it may not run here"
+
+
+def test_what_a_client_sees_of_a_narrowing_grant(tmp_path):
+    # §17 items 126, 128 and 129 through a real server: one of two scripts granted, an undeclared script, and a
+    # row keyed by a frontmatter name beside one keyed by the directory name.
+    grant_tree(tmp_path)
+    listed = listed_under(tmp_path, json.dumps([
+        {"skill": "weather", "script": "scripts/plot.py"},
+        {"skill": "weather", "script": "scripts/evil.js"},
+        {"skill": "claimed", "script": "scripts/fetch.py"},
+        {"skill": "aaa", "script": "scripts/fetch.py"},
+    ]))  # fmt: skip
+    weather, aaa = listed["weather"], listed["aaa"]
+    assert [script["script"] for script in weather["scripts"]] == ["scripts/plot.py"]
+    assert weather["ungrantedScripts"] == [{"script": "scripts/fetch.py", "reason": UNGRANTED}]
+    assert ([script["script"] for script in aaa["scripts"]], "ungrantedScripts" in aaa) == (["scripts/fetch.py"], False)
+    assert [(p["reason"], p["path"]) for p in listed["problems"] if p["reason"] == "grant"] == [
+        ("grant", str(tmp_path / "weather")), ("grant", "MCP_SKILL_RUN"),
+    ]
+    evil, claimed = (p["detail"] for p in listed["problems"] if p["reason"] == "grant")
+    assert "scripts/evil.js" in evil and evil.endswith("so it grants nothing")
+    assert '"claimed"' in claimed and claimed.endswith("which is not served, so it grants nothing")
+
+
+def test_an_empty_grant_runs_nothing_and_still_shows_every_declaration(tmp_path):
+    # §17 item 130: `[]` leaves each declared script visible in ungrantedScripts, and the declared egress.
+    grant_tree(tmp_path)
+    listed = listed_under(tmp_path, "[]")
+    assert [p["reason"] for p in listed["problems"]] == ["name-mismatch", "extension-excluded"]  # no grant problem
+    for name, scripts in (("weather", ["scripts/fetch.py", "scripts/plot.py"]), ("aaa", ["scripts/fetch.py"])):
+        assert (listed[name]["executable"], listed[name]["scripts"]) == (False, [])
+        assert listed[name]["ungrantedScripts"] == [{"script": script, "reason": UNGRANTED} for script in scripts]
+    assert listed["weather"]["declaredEgress"] == ["api.example"]

@@ -59,6 +59,7 @@ async def test_extension_is_declared_on_2026_07_28(tmp_path: Any) -> None:
     async with connect(deployment_for({"SKILLS_DIR": str(tmp_path)}), "auto") as client:
         assert client.protocol_version == "2026-07-28"
         assert client.server_capabilities.extensions == {EXTENSION_ID: {"directoryRead": True}}
+    assert EXTENSION_ID == "io.modelcontextprotocol/skills"  # §12.1's id, spelled out
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -277,6 +278,10 @@ async def test_skills_list_pages_walk_every_extension_skill_exactly_once(tmp_pat
     async with connect(deployment, era) as client:
         answer = await call(client, "skills/list")
         while True:
+            # §12.4: every page carries the cache hints, and each entry is whole: uri, frontmatter, resources
+            assert (answer["ttlMs"], answer["cacheScope"]) == (60000, "private")
+            assert all(set(entry) == {"uri", "frontmatter", "resources"} for entry in answer["skills"])
+            assert all(entry["resources"][0]["uri"] == entry["uri"] for entry in answer["skills"])
             pages.append(len(answer["skills"]))
             seen += [entry["uri"] for entry in answer["skills"]]
             if "nextCursor" not in answer:
@@ -484,18 +489,22 @@ async def test_excluded_skills_are_served_by_the_tools_only(root: Any, era: str)
     plain_skill(str(root), "alpha")
     mismatch = str(write_skill(root, "mismatch", "name: other\ndescription: Named otherwise.\n"))
     silent = str(write_skill(root, "silent", "name: silent\n"))
+    nameless = str(write_skill(root, "nameless", "description: No name at all.\n"))
     async with connect(deployment_for({"SKILLS_DIR": str(root)}), era) as client:
         listed = await call(client, "skills/list")
+        for name in ("mismatch", "silent", "nameless"):
+            assert (await refused(client, "skills/get", uri=f"skill://{name}/SKILL.md")).error.code == types.INVALID_PARAMS
         tool_list = payload(await client.call_tool("skill_list", {}))
         loaded = payload(await client.call_tool("skill_load", {"name": "silent"}))
         directory = await call(client, "resources/directory/read", uri="skill://mismatch")
     assert [entry["uri"] for entry in listed["skills"]] == ["skill://alpha/SKILL.md"]
-    assert [skill["name"] for skill in tool_list["skills"]] == ["alpha", "mismatch", "silent"]
+    assert [skill["name"] for skill in tool_list["skills"]] == ["alpha", "mismatch", "nameless", "silent"]
     assert loaded["name"] == "silent"
     assert [child["name"] for child in directory["resources"]] == ["SKILL.md"]
     problems = tool_list["problems"]
     excluded = {problem["path"]: problem["detail"] for problem in problems if problem["reason"] == "extension-excluded"}
-    assert set(excluded) == {mismatch, silent}
+    assert set(excluded) == {mismatch, silent, nameless}
+    assert "its frontmatter has no string name" in excluded[nameless]
     assert "left out of skills/list" in excluded[mismatch] and '"other"' in excluded[mismatch]
     assert "description" in excluded[silent]
 
