@@ -138,6 +138,19 @@ def test_garbage_lines_do_not_stop_the_server(tree):
     assert_stdout_is_only_json_rpc(client)
 
 
+def test_garbage_lines_do_not_stop_a_2026_07_28_session(tree):
+    # §17 #72 on the other era: the first request chose 2026-07-28; garbage after it is dropped the same way.
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        assert MODERN in client.request("server/discover", {"_meta": ENVELOPE})["result"]["supportedVersions"]
+        for garbage in [b"garbage", b"{not json", b'{"jsonrpc":"2.0"}', b"\xff\xfe\x00"]:
+            client.send_line(garbage)
+        answer = client.request("tools/call", {"_meta": ENVELOPE, "name": "skill_load", "arguments": {"name": "alpha"}})
+        assert tool_payload(answer)["body"] == "Alpha body.\n"
+        client.close_stdin()
+        assert client.wait() == 0
+    assert_stdout_is_only_json_rpc(client)
+
+
 def test_blank_lines_are_no_messages_and_log_nothing(tree):
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         legacy_handshake(client)
