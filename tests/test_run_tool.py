@@ -523,6 +523,45 @@ async def test_hosted_granted_script_gets_data_dir_and_only_granted_names(fence:
     assert stdout_of(result)["env"] == expected
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_hosted_child_gets_no_neighbour_marker_or_confirm_secret(fence: Fence, era: str) -> None:
+    # §17 #107: every hosted marker set, both confirm secrets, a neighbour's variable; a grant naming a reserved one.
+    grant = [{"skill": "fence", "script": "scripts/mark.py", "env": ["API_KEY", "MCP_CONFIRM_SECRET", "NEIGHBOUR_KEY"]}]
+    (fence.base / "data").mkdir()
+    secrets = {
+        "MCP_HOST_METER_FILE": str(fence.base / "meter"), "MCP_BLOB_BASE_URL": "https://blob.invalid/SENTINEL",
+        "MCP_BLOB_SIGNING_KEY": "SIGNING-SENTINEL", "MCP_HOST_CONFIRM_SECRET": "HOST-CONFIRM-SENTINEL",
+        "NEIGHBOUR_KEY": "NEIGHBOUR-SENTINEL",
+    }
+    service = fence.service(**NOISY_ENVIRON, **secrets, MCP_DATA_DIR=str(fence.base / "data"),
+                            MCP_SKILL_RUN=json.dumps(grant))
+    assert service.deployment.config.hosted is True
+    async with connect(service.deployment, era, service.call) as client:
+        first = payload(await client.call_tool("skill_run", call()))
+        result = payload(await client.call_tool("skill_run", call(confirmToken=first["confirmToken"])))
+    expected = ["API_KEY", "HOME", "LANG", "MCP_DATA_DIR", "PATH", "TMPDIR", "TZ"]
+    assert first["preview"]["willRun"]["envNames"] == result["env"] == stdout_of(result)["env"] == expected
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_section_9_6_example_through_the_server(tmp_path: Path, era: str) -> None:
+    # §17 #109 with §9.6's own example: preview envNames == result env == what the child holds.
+    root = tmp_path.resolve() / "root"
+    show = "print(sorted(e.split(b'=', 1)[0].decode() for e in open('/proc/self/environ', 'rb').read().split(b'\\0') if e))\n"
+    write_skill(root, "example", "name: example\ndescription: E.\nmcp-host:\n  version: 1\n  run:\n"
+                "    - script: show.py\n      interpreter: python3\n      env: [API_KEY]\n", files={"show.py": show})
+    environ = {"PATH": "/usr/bin:/bin", "HOME": "/home/example", "TZ": "UTC", "API_KEY": "k",
+               "UNRELATED_TOKEN": "t", "SKILLS_DIR": str(root)}
+    service = RunService(deployment_for(environ))
+    arguments = {"name": "example", "script": "show.py"}
+    async with connect(service.deployment, era, service.call) as client:
+        first = payload(await client.call_tool("skill_run", arguments))
+        result = payload(await client.call_tool("skill_run", {**arguments, "confirmToken": first["confirmToken"]}))
+    expected = ["API_KEY", "HOME", "PATH", "TZ"]
+    assert first["preview"]["willRun"]["envNames"] == result["env"] == expected
+    assert result["stdout"] == repr(expected) + "\n"
+
+
 @needs_node
 @pytest.mark.parametrize("era", ERAS)
 async def test_node_script_sees_the_same_allowlist(fence: Fence, era: str) -> None:
