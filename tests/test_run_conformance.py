@@ -73,6 +73,9 @@ SCRIPTS: dict[str, tuple[str, float | None]] = {
         print("leader", flush=True)
         """), 20),
     "detached_spinner.py": ((Path(__file__).parent / "fixtures" / "scripts" / "detached_spinner.py").read_text(), 0.5),
+    "exit3_partial.py": ((Path(__file__).parent / "fixtures" / "scripts" / "exit3.py").read_text(), None),
+    "spinner.py": ((Path(__file__).parent / "fixtures" / "scripts" / "spinner.py").read_text(), 1),
+    "detached_holder.py": ((Path(__file__).parent / "fixtures" / "scripts" / "detached_holder.py").read_text(), 10),
 }
 NODE_SCRIPTS: dict[str, tuple[str, float | None]] = {
     "empty.js": ("", None),
@@ -193,6 +196,48 @@ async def test_output_caps_and_truncation_flags(root: Path, era: str, script: st
         ran = await run(client, script)
     assert (ran["stdout"] == stdout, ran["stderr"] == stderr, ran["truncated"]) == (True, True, truncated)
     assert (ran["exitCode"], ran["signal"], ran["timedOut"]) == (0, None, False)
+
+
+# --- §17 items 111, 112, 114 through the server ----------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_exit_3_is_a_normal_result_with_its_partial_output(root: Path, era: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        token = (await preview(client, "exit3_partial.py"))["confirmToken"]
+        raw = await client.call_tool("skill_run", {"name": "edge", "script": "exit3_partial.py", "confirmToken": token})
+    assert raw.is_error is False
+    assert without_duration(payload(raw)) == result(
+        "exit3_partial.py", exitCode=3, stdout="partial result\n", stderr="something went wrong\n"
+    )
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_1_s_spinner_times_out_with_its_partial_output(root: Path, era: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        ran = await run(client, "spinner.py")
+    assert without_duration(ran) == result(
+        "spinner.py", exitCode=None, signal="SIGTERM", stdout="spinning\n", timedOut=True, timeoutMs=1000
+    )
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_detached_grandchild_holding_the_pipes_holds_neither_the_run_nor_the_lock(root: Path, era: str) -> None:
+    service = service_for(root)
+    async with connect(service.deployment, era, service.call) as client:
+        held = await run(client, "detached_holder.py")
+        grandchild = int(re.search(r"grandchild (\d+)", held["stdout"]).group(1))
+        try:
+            after = await run(client, "exit255.py")
+        finally:
+            kill_quietly(grandchild)
+    assert (held["exitCode"], held["signal"], held["timedOut"]) == (0, None, False)
+    assert "leader done\n" in held["stdout"]
+    # the leader exits after about 100 ms and the drain adds 250 ms; the holder would keep the pipes 30 s
+    assert held["durationMs"] < 2000
+    assert after["exitCode"] == 255
 
 
 # --- §9.3: the declaration alone picks the interpreter ---------------------------------------------

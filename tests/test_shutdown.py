@@ -96,6 +96,21 @@ def test_shutdown_kills_the_running_script_and_exits_zero(tmp_path, how: str, wa
     assert shutdown[0]["killedRun"] is True, events
 
 
+def test_a_script_dies_when_its_server_is_killed(tmp_path) -> None:
+    # §17 #118 with the real server: SIGKILL leaves it no time to kill anything; the parent-death signal does.
+    server, script_pid = start_slow_run(tmp_path)
+    assert alive(script_pid)
+    server.kill()
+    deadline = time.monotonic() + 5
+    while alive(script_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not alive(script_pid)
+    finally:
+        if alive(script_pid):
+            os.kill(script_pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("how", ["eof", "SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_run_stopped_by_shutdown_logs_its_end_before_shutdown(tmp_path, how: str) -> None:
     # A signal exits before the run's call is cancelled: its run.start used to be left without a run.end.
