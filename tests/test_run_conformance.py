@@ -223,16 +223,21 @@ async def test_a_1_s_spinner_times_out_with_its_partial_output(root: Path, era: 
     )
 
 
-@pytest.mark.parametrize("era", ERAS)
-async def test_a_detached_grandchild_holding_the_pipes_holds_neither_the_run_nor_the_lock(root: Path, era: str) -> None:
+async def with_a_grandchild_then_another_run(root: Path, era: str, script: str) -> tuple[dict, dict]:
+    """The run of `script`, which leaves a grandchild running (killed afterwards), then a run of exit255.py."""
     service = service_for(root)
     async with connect(service.deployment, era, service.call) as client:
-        held = await run(client, "detached_holder.py")
-        grandchild = int(re.search(r"grandchild (\d+)", held["stdout"]).group(1))
+        first = await run(client, script)
+        grandchild = int(re.search(r"grandchild (\d+)", first["stdout"]).group(1))
         try:
-            after = await run(client, "exit255.py")
+            return first, await run(client, "exit255.py")
         finally:
             kill_quietly(grandchild)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_detached_grandchild_holding_the_pipes_holds_neither_the_run_nor_the_lock(root: Path, era: str) -> None:
+    held, after = await with_a_grandchild_then_another_run(root, era, "detached_holder.py")
     assert (held["exitCode"], held["signal"], held["timedOut"]) == (0, None, False)
     assert "leader done\n" in held["stdout"]
     # the leader exits after about 100 ms and the drain adds 250 ms; the holder would keep the pipes 30 s
@@ -314,14 +319,7 @@ async def test_a_writer_outliving_its_leader_is_cut_at_the_hard_deadline_and_fre
 ) -> None:
     # §9.4 and §17 item 115: the drain never expires, so the run settles at timeout + 3250 ms, timedOut next to
     # the leader's real exit code; the next run is not refused as busy.
-    service = service_for(root)
-    async with connect(service.deployment, era, service.call) as client:
-        spun = await run(client, "detached_spinner.py")
-        grandchild = int(re.search(r"grandchild (\d+)", spun["stdout"]).group(1))
-        try:
-            after = await run(client, "exit255.py")
-        finally:
-            kill_quietly(grandchild)
+    spun, after = await with_a_grandchild_then_another_run(root, era, "detached_spinner.py")
     assert (spun["exitCode"], spun["signal"], spun["timedOut"], spun["timeoutMs"]) == (0, None, True, 500)
     assert "leader done\n" in spun["stdout"] and "tick\n" in spun["stdout"]
     assert spun["durationMs"] >= 500 + 3250
