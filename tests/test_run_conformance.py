@@ -120,6 +120,13 @@ async def run(client: Any, script: str, **extra: Any) -> dict[str, Any]:
     return payload(await client.call_tool("skill_run", {"name": "edge", "script": script, **extra, "confirmToken": token}))
 
 
+async def run_once(root: Path, era: str, script: str, **environ: str) -> dict[str, Any]:
+    """The result of one confirmed run of `script` on a fresh server, given `environ` besides the usual."""
+    service = service_for(root, **environ)
+    async with connect(service.deployment, era, service.call) as client:
+        return await run(client, script)
+
+
 def result(script: str, interpreter: str = "python3", **fields: Any) -> dict[str, Any]:
     """A §9.5 result for `script` with every field but durationMs; `fields` override the defaults."""
     return {
@@ -149,9 +156,7 @@ EDGE_RESULTS = {
 @pytest.mark.parametrize("era", ERAS)
 @pytest.mark.parametrize("script", sorted(EDGE_RESULTS))
 async def test_edge_exits_and_outputs_are_reported_exactly(root: Path, era: str, script: str) -> None:
-    service = service_for(root)
-    async with connect(service.deployment, era, service.call) as client:
-        ran = await run(client, script)
+    ran = await run_once(root, era, script)
     assert without_duration(ran) == result(script, **EDGE_RESULTS[script])
     assert type(ran["exitCode"]) is int or ran["exitCode"] is None  # never a bool
     if script == "closes.py":
@@ -171,9 +176,7 @@ async def test_a_zero_byte_script_previews_its_empty_hash_and_runs(root: Path, e
 @needs_node
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_zero_byte_node_script_runs(root: Path, era: str) -> None:
-    service = service_for(root)
-    async with connect(service.deployment, era, service.call) as client:
-        ran = await run(client, "empty.js")
+    ran = await run_once(root, era, "empty.js")
     assert without_duration(ran) == result("empty.js", "node")
 
 
@@ -191,9 +194,7 @@ CAPS = {
 @pytest.mark.parametrize("script", sorted(CAPS))
 async def test_output_caps_and_truncation_flags(root: Path, era: str, script: str) -> None:
     stdout, stderr, truncated = CAPS[script]
-    service = service_for(root)
-    async with connect(service.deployment, era, service.call) as client:
-        ran = await run(client, script)
+    ran = await run_once(root, era, script)
     assert (ran["stdout"] == stdout, ran["stderr"] == stderr, ran["truncated"]) == (True, True, truncated)
     assert (ran["exitCode"], ran["signal"], ran["timedOut"]) == (0, None, False)
 
@@ -215,9 +216,7 @@ async def test_an_exit_3_is_a_normal_result_with_its_partial_output(root: Path, 
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_1_s_spinner_times_out_with_its_partial_output(root: Path, era: str) -> None:
-    service = service_for(root)
-    async with connect(service.deployment, era, service.call) as client:
-        ran = await run(client, "spinner.py")
+    ran = await run_once(root, era, "spinner.py")
     assert without_duration(ran) == result(
         "spinner.py", exitCode=None, signal="SIGTERM", stdout="spinning\n", timedOut=True, timeoutMs=1000
     )
@@ -253,18 +252,14 @@ async def test_a_detached_grandchild_holding_the_pipes_holds_neither_the_run_nor
 async def test_the_interpreter_is_the_declared_one_whatever_the_extension_or_shebang(
     root: Path, era: str, script: str
 ) -> None:
-    service = service_for(root)
-    async with connect(service.deployment, era, service.call) as client:
-        ran = await run(client, script)
+    ran = await run_once(root, era, script)
     assert without_duration(ran) == result(script, stdout="cpython\n")
 
 
 @needs_node
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_py_file_declared_for_node_runs_on_node(root: Path, era: str) -> None:
-    service = service_for(root)
-    async with connect(service.deployment, era, service.call) as client:
-        ran = await run(client, "tool.py")
+    ran = await run_once(root, era, "tool.py")
     assert without_duration(ran) == result("tool.py", "node", stdout="node\n")
 
 
@@ -306,9 +301,7 @@ async def test_a_timeout_at_or_over_the_clamp_is_300000_ms_everywhere(root: Path
 @pytest.mark.parametrize("era", ERAS)
 async def test_output_written_after_the_exit_is_kept_while_each_chunk_rearms_the_drain(root: Path, era: str) -> None:
     # The ten chunks span 500 ms after the exit, twice the drain: a drain that is not re-armed loses most of them.
-    service = service_for(root)
-    async with connect(service.deployment, era, service.call) as client:
-        ran = await run(client, "after_exit.py")
+    ran = await run_once(root, era, "after_exit.py")
     chunks = "".join(f"chunk {n}\n" for n in range(10))
     assert without_duration(ran) == result("after_exit.py", stdout="leader\n" + chunks, timeoutMs=20000)
 
@@ -347,9 +340,7 @@ NOTE_CASES = {
 @pytest.mark.parametrize("case", sorted(NOTE_CASES))
 async def test_network_note_only_for_a_failed_run_behind_a_fence(root: Path, era: str, case: str) -> None:
     script, environ, noted = NOTE_CASES[case]
-    service = service_for(root, **environ)
-    async with connect(service.deployment, era, service.call) as client:
-        ran = await run(client, script)
+    ran = await run_once(root, era, script, **environ)
     assert ("networkNote" in ran) is noted, ran
     if noted:
         assert "egress" in ran["networkNote"].lower()
