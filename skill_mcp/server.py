@@ -33,6 +33,7 @@ from .tools import BOOT_TIME_TOOLS, READ_TOOLS
 from .version import VERSION
 
 _SDK_BARE_INVALID_PARAMS = "Invalid request parameters"
+ENVELOPE_MODEL_METHOD = "tools/list"  # in every revision; its params are the envelope and an optional cursor
 EXTENSION_WORKERS = 4  # Skills-extension answers computed at once (each may hash 16 MiB per skill)
 # skill_list's answer and skill_load's kept rendered: all of a default deployment's (an LRU one short would miss
 # on every call of a client that loads them in turn)
@@ -185,6 +186,8 @@ def _params_errors(server: Server[Any], method: str, version: str, params: Any) 
     try:
         if method in methods.SPEC_CLIENT_METHODS:
             methods.validate_client_request(method, version, params)
+        else:
+            _validate_envelope(version, params)
         if (entry := server.get_request_handler(method)) is not None:
             entry.params_type.model_validate({} if params is None else params, by_name=False)
     except ValidationError as error:
@@ -194,6 +197,13 @@ def _params_errors(server: Server[Any], method: str, version: str, params: Any) 
     except (KeyError, ValueError):  # a method or revision the SDK does not know: nothing to explain
         return None
     return None
+
+
+def _validate_envelope(version: str, params: Any) -> None:
+    """A custom method's `_meta`, checked as a listing's would be on `version`: the SDK checks only that a
+    2026-07-28 envelope is there, and would let `clientInfo: 5` through. Raises pydantic's ValidationError."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    methods.validate_client_request(ENVELOPE_MODEL_METHOD, version, None if meta is None else {"_meta": meta})
 
 
 class ExtensionParams(types.RequestParams):
@@ -215,6 +225,7 @@ def _register_skills_extension(
 
     def handler(method: str, compute: Callable[[Any], dict[str, Any]]) -> Any:
         async def handle(ctx: Any, params: ExtensionParams | None) -> dict[str, Any]:
+            _validate_envelope(ctx.protocol_version, ctx.params)  # refused with its reasons by _explaining_invalid_params
             given = {name: value for name in ("uri", "cursor") if (value := getattr(params, name, None)) is not None}
 
             def checked() -> dict[str, Any]:

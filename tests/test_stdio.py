@@ -500,6 +500,41 @@ def test_modern_era_on_the_wire_with_the_request_envelope(tree):
     assert_stdout_is_only_json_rpc(client)
 
 
+EXTENSION_CALLS = {
+    "skills/list": {},
+    "skills/get": {"uri": "skill://alpha/SKILL.md"},
+    "resources/directory/read": {"uri": "skill://alpha"},
+}
+
+
+@pytest.mark.parametrize("era", ["legacy", MODERN])
+def test_the_extension_methods_check_the_envelope_as_the_spec_methods_do(tree, era):
+    # The SDK checks a custom method's 2026-07-28 envelope only for presence: clientInfo 5 used to pass.
+    malformed = {
+        "io.modelcontextprotocol/clientInfo": (5, '"_meta.io.modelcontextprotocol/clientInfo" must be an object, not a number'),
+        "io.modelcontextprotocol/clientCapabilities": ([], '"_meta.io.modelcontextprotocol/clientCapabilities" must be an object, not an array'),
+        "progressToken": ({}, '"_meta.progressToken" must be a string or an integer, not an object'),
+    }
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
+        if era == "legacy":
+            legacy_handshake(client)
+        envelope = ENVELOPE if era == MODERN else {}
+        for method, params in EXTENSION_CALLS.items():
+            assert "result" in client.request(method, {"_meta": envelope, **params})
+            for key, (value, problem) in malformed.items():
+                if era == "legacy" and key.startswith("io."):  # not the handshake era's: carried as any other key
+                    assert "result" in client.request(method, {"_meta": {key: value}, **params})
+                    continue
+                answer = client.request(method, {"_meta": {**envelope, key: value}, **params})
+                assert answer["error"] == {"code": -32602, "message": f"invalid params for {method}: {problem}"}
+                # tools/list answers the same envelope with the same reason
+                listing = client.request("tools/list", {"_meta": {**envelope, key: value}})
+                assert listing["error"]["message"] == f"invalid params for tools/list: {problem}"
+        client.close_stdin()
+        assert client.wait() == 0
+    assert not [event for event in client.log_events() if event["event"] == "method.error"]
+
+
 def test_a_request_before_initialize_is_told_to_initialize_first(tree):
     # The SDK refuses it with its bare "Invalid request parameters", though nothing is wrong with the params.
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
