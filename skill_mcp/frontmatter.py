@@ -31,7 +31,16 @@ _READING = re.compile(r"while (?:scanning|parsing) an? (.+)")  # a parser error'
 _YAML_TIPS = {
     "mapping values are not allowed here": '; quote a value that contains ": ", and indent a key only under a key',
     "found character '\\t'": "; use spaces, not tabs, in the frontmatter",
+    "while scanning a block scalar, expected a comment or a line break": '; after "|" or ">" the text starts on the next line, indented',
 }
+# YAML reserves these at the start of a value, where authors mean them as text (`@user`, `` `cmd` ``).
+_RESERVED_START = re.compile(r"found character '([@`%])' that cannot start any token")
+# Text after a value that is already closed: what is left on the line once a quote or bracket closed it.
+_LEFT_OVER = "expected <block end>, but found '<scalar>'"
+_CLOSED_EARLY_TIP = (
+    '; the quoted or bracketed value before it closed there, so the rest is left over: quote the whole value'
+    " (inside '...' write an apostrophe as '', inside \"...\" write a quote as \\\")"
+)
 
 
 class FrontmatterError(Exception):
@@ -125,10 +134,9 @@ def _load_yaml(raw_yaml: str) -> Any:
         ) from None
     except MarkedYAMLError as error:
         problem = ", ".join(part for part in (error.context, error.problem) if part)
-        tips = [tip for slip, tip in _YAML_TIPS.items() if slip in problem]
         raise FrontmatterError(
-            f"{_NOT_YAML}{problem}" + _position(error.problem_mark or error.context_mark) + "".join(tips)
-            + _unclosed_at(error, len(raw_yaml))
+            f"{_NOT_YAML}{problem}" + _position(error.problem_mark or error.context_mark)
+            + "".join(_tips(problem, raw_yaml, error.problem_mark)) + _unclosed_at(error, len(raw_yaml))
         ) from None
     except ReaderError as error:  # a control character; ruamel gives its offset in the YAML, not a mark
         raise FrontmatterError(
@@ -158,7 +166,11 @@ class _RefusingScanner(Scanner):
             used = f'the tag "{_tag_text(token.value)}"'
         else:
             return token
-        raise FrontmatterError(f"SKILL.md frontmatter uses {used}, which is refused" + _position(token.start_mark))
+        # `*bold* text` or `!important` as a value's first word is read as YAML syntax, not text.
+        text_tip = "" if isinstance(token, DirectiveToken) else "; if it is meant as text, quote the value"
+        raise FrontmatterError(
+            f"SKILL.md frontmatter uses {used}, which is refused" + _position(token.start_mark) + text_tip
+        )
 
 
 class _CoreResolver(VersionedResolver):
@@ -232,6 +244,18 @@ class _Constructor(SafeConstructor):
 _Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
 _Constructor.add_constructor("tag:yaml.org,2002:str", _Constructor.construct_yaml_str)
 _Constructor.add_constructor("tag:yaml.org,2002:timestamp", _Constructor.construct_yaml_timestamp)
+
+
+def _tips(problem: str, raw_yaml: str, mark: Any) -> list[str]:
+    """How to fix the slips authors make most, from the parser's words (and, for a value closed early, the line)."""
+    tips = [tip for slip, tip in _YAML_TIPS.items() if slip in problem]
+    if reserved := _RESERVED_START.search(problem):
+        tips.append(f'; quote a value that begins with "{reserved[1]}"')
+    if _LEFT_OVER in problem and mark is not None:
+        before = raw_yaml[raw_yaml.rfind("\n", 0, mark.index) + 1 : mark.index].rstrip()
+        if before.endswith(("'", '"', "]", "}")):
+            tips.append(_CLOSED_EARLY_TIP)
+    return tips
 
 
 def _tag_text(value: tuple[str | None, str]) -> str:

@@ -123,6 +123,44 @@ def test_yaml_errors_are_positioned_in_skill_md():
     )
 
 
+CLOSED_EARLY = (
+    "; the quoted or bracketed value before it closed there, so the rest is left over: quote the whole value"
+    """ (inside '...' write an apostrophe as '', inside "..." write a quote as \\")"""
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # text on the block scalar's own line, as published skills write it
+        ("description: | Use when asked.", "while scanning a block scalar, expected a comment or a line break, but found "
+         """'U' (line 3, column 16); after "|" or ">" the text starts on the next line, indented"""),
+        # a value that starts with a character YAML reserves
+        ("description: `gh` helper", "while scanning for the next token, found character '`' that cannot start any "
+         'token (line 3, column 14); quote a value that begins with "`"'),
+        ("description: @bot replies", "while scanning for the next token, found character '@' that cannot start any "
+         'token (line 3, column 14); quote a value that begins with "@"'),
+        # a quote or bracket that closes before the author's text ends
+        ("description: 'the user's files'", f"while parsing a block mapping, expected <block end>, but found "
+         f"'<scalar>' (line 3, column 24){CLOSED_EARLY}"),
+        ('description: "say "yes" first"', f"while parsing a block mapping, expected <block end>, but found "
+         f"'<scalar>' (line 3, column 20){CLOSED_EARLY}"),
+        ("description: [Draft] notes helper", f"while parsing a block mapping, expected <block end>, but found "
+         f"'<scalar>' (line 3, column 22){CLOSED_EARLY}"),
+    ],
+)
+def test_the_slips_published_skills_make_say_how_to_fix_them(line, expected):
+    assert error_of(f"---\nname: a\n{line}\n---\n") == f"SKILL.md frontmatter is not valid YAML: {expected}"
+
+
+def test_left_over_text_after_a_dedent_draws_no_quoting_tip():
+    # the same parser words, but nothing was quoted: a line less indented than the block scalar it follows
+    assert error_of("---\nd: |\n    text\n  more\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: while parsing a block mapping, "
+        "expected <block end>, but found '<scalar>' (line 4, column 3)"
+    )
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
@@ -166,7 +204,8 @@ def test_escaped_surrogate_pairs_join_into_one_character():
     ],
 )
 def test_refused_yaml_features(raw, expected):
-    assert error_of(f"---\n{raw}---\n") == expected
+    text_tip = "" if "directive" in expected else "; if it is meant as text, quote the value"
+    assert error_of(f"---\n{raw}---\n") == expected + text_tip
 
 
 def test_star_and_ampersand_inside_scalars_are_fine():
