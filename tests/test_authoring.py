@@ -82,6 +82,16 @@ def test_an_empty_metadata_mapping_and_a_64_char_name_are_valid(root: Path) -> N
     assert spec_findings(served_skill(root, f"name: {name}\ndescription: d\nmetadata: {{}}\n", name)) == []
 
 
+def test_a_metadata_finding_names_every_value_that_is_not_a_string(root: Path) -> None:
+    # the shape a published skill uses: lists, a number and a nested mapping beside one string
+    frontmatter = BASE + "metadata:\n  site: any\n  patterns: [a]\n  rate: 0.1\n  budget: {calls: 2}\n"
+    (finding,) = spec_findings(served_skill(root, frontmatter))
+    assert finding.detail == (
+        'frontmatter "metadata.patterns" is a list, "metadata.rate" is a number, "metadata.budget" is a mapping; '
+        "metadata values must be strings"
+    )
+
+
 def test_each_broken_rule_is_its_own_finding(root: Path) -> None:
     skill = served_skill(root, "license: 1\nallowed-tools: [Read]\nmetadata: 7\n")
     details = [finding.detail for finding in spec_findings(skill)]
