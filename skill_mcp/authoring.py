@@ -115,7 +115,9 @@ def _metadata_finding(frontmatter: Mapping[Any, Any]) -> str | None:
 
 def _string_finding(frontmatter: Mapping[Any, Any], key: str) -> str | None:
     if key in frontmatter and not isinstance(frontmatter[key], str):
-        return f'frontmatter "{key}" is {_kind(frontmatter[key])}, not a string'
+        # Some agents take a YAML list of tools; the Agent Skills format takes one string.
+        how = '; write the tools as one space-separated string, e.g. "Read Grep"' if key == "allowed-tools" else ""
+        return f'frontmatter "{key}" is {_kind(frontmatter[key])}, not a string{how}'
     return None
 
 

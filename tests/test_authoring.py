@@ -46,7 +46,10 @@ SPEC_RULES = {
     "metadata-number-key": (BASE + "metadata: {1: one}\n", "has the key 1, which is a number"),
     "license-list": (BASE + "license: [MIT]\n", '"license" is a list, not a string'),
     "license-null": (BASE + "license:\n", '"license" is empty (null), not a string'),
-    "allowed-tools-list": (BASE + "allowed-tools: [Read]\n", '"allowed-tools" is a list'),
+    "allowed-tools-list": (
+        BASE + "allowed-tools: [Read]\n",
+        '"allowed-tools" is a list, not a string; write the tools as one space-separated string, e.g. "Read Grep"',
+    ),
 }
 
 
