@@ -251,6 +251,9 @@ def _tips(problem: str, raw_yaml: str, mark: Any) -> list[str]:
     tips = [tip for slip, tip in _YAML_TIPS.items() if slip in problem]
     if reserved := _RESERVED_START.search(problem):
         tips.append(f'; quote a value that begins with "{reserved[1]}"')
+    # `{{ name }}`, as template skills write a placeholder: a mapping whose key is a mapping
+    if "found unhashable key" in problem and mark is not None and raw_yaml.startswith("{", mark.index):
+        tips.append('; a value that begins with "{" is read as a mapping: quote it if it is text')
     if _LEFT_OVER in problem and mark is not None:
         before = raw_yaml[raw_yaml.rfind("\n", 0, mark.index) + 1 : mark.index].rstrip()
         if before.endswith(("'", '"', "]", "}")):

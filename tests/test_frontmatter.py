@@ -140,6 +140,9 @@ CLOSED_EARLY = (
          'token (line 3, column 14); quote a value that begins with "`"'),
         ("description: @bot replies", "while scanning for the next token, found character '@' that cannot start any "
          'token (line 3, column 14); quote a value that begins with "@"'),
+        # a template's placeholder, read as a mapping keyed by a mapping
+        ("description: {{ skill_description }}", "while constructing a mapping, found unhashable key (line 3, column 15); "
+         'a value that begins with "{" is read as a mapping: quote it if it is text'),
         # a quote or bracket that closes before the author's text ends
         ("description: 'the user's files'", f"while parsing a block mapping, expected <block end>, but found "
          f"'<scalar>' (line 3, column 24){CLOSED_EARLY}"),
