@@ -512,7 +512,7 @@ def report(raw: dict[str, list[float]], extra: dict[str, Any]) -> dict[str, Any]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="few runs: a smoke check in under a minute")
-    parser.add_argument("--cold-runs", type=int, help="interleaved cold starts per configuration (full 11, quick 3)")
+    parser.add_argument("--cold-runs", type=int, help="interleaved cold starts per configuration (full 11, quick 2)")
     parser.add_argument("--warm-calls", type=int, help="measured warm calls per kind (full 200, quick 30)")
     parser.add_argument("--warmup", type=int, help="discarded warm calls per kind first (full 30, quick 10)")
     parser.add_argument("--memory-runs", type=int, help="interleaved memory runs (full 3, quick 1)")
