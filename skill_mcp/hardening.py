@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
 import resource
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .limits import AMBIENT_SCRIPT_ALLOWLIST
@@ -28,10 +29,16 @@ INIT_HOLDS_ENVIRON = (
     "started as that user), so any script can read it from /proc/1/environ; start the container without an init "
     "(the server is then PID 1 itself) or as root (the fenced start, where the init stays root's)"
 )
+ANCESTOR_HOLDS_ENVIRON = (
+    "a process this server was started through (a wrapper such as sh -c, uv run or npx, which did not exec it) runs "
+    "as this server's user and still holds this deployment's environment, so any script can read it from "
+    "/proc/<pid>/environ; start the server with exec, or from a process of another user"
+)
 
 _DECIMAL = re.compile(rb"[0-9]+")
 # Indexes into stat_fields(): field N of proc(5)'s /proc/<pid>/stat sits at N - 3.
 STAT_STATE, STAT_PGRP, STAT_SESSION, STAT_START_TIME = 3 - 3, 5 - 3, 6 - 3, 22 - 3
+_STAT_PPID = 4 - 3
 _STAT_ENV_START, _STAT_ENV_END = 50 - 3, 51 - 3
 # Loaded before any fork: the child's setup must not load libraries between fork and exec.
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -84,6 +91,8 @@ class ScrubIO:
     read_environ: Callable[[], bytes]
     # PID 1's environment when a script of this uid could read it too, else b"".
     read_init_environ: Callable[[], bytes] = bytes
+    # The environments of the server's ancestors that a script of this uid could read too.
+    read_ancestor_environs: Callable[[], list[bytes]] = list
 
 
 def _read_file(path: str) -> bytes:
@@ -118,6 +127,23 @@ def _same_uid_init_environ() -> bytes:
         return b""
 
 
+def _same_uid_ancestor_environs() -> list[bytes]:
+    # Root's scripts can read every process anyway; PID 1 is checked on its own.
+    if os.geteuid() == 0:
+        return []
+    environs, pid, seen = [], os.getppid(), set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        with contextlib.suppress(OSError):  # another uid's, or non-dumpable: out of a script's reach too
+            environs.append(_read_file(f"/proc/{pid}/environ"))
+        try:
+            fields = stat_fields(_read_file(f"/proc/{pid}/stat"))
+            pid = int(fields[_STAT_PPID]) if fields else 0
+        except (OSError, ValueError, IndexError):
+            break
+    return environs
+
+
 REAL_SCRUB_IO = ScrubIO(
     platform=sys.platform,
     read_stat=lambda: _read_file("/proc/self/stat"),
@@ -125,6 +151,7 @@ REAL_SCRUB_IO = ScrubIO(
     write_mem=_write_mem,
     read_environ=lambda: _read_file("/proc/self/environ"),
     read_init_environ=_same_uid_init_environ,
+    read_ancestor_environs=_same_uid_ancestor_environs,
 )
 
 
@@ -164,9 +191,18 @@ def scrub_environ(io: ScrubIO = REAL_SCRUB_IO) -> ScrubResult:
         # script is handed anyway (PATH, HOME, ...) hide nothing.
         if _names(io.read_init_environ()) - set(AMBIENT_SCRIPT_ALLOWLIST):
             return ScrubResult("failed", reason=INIT_HOLDS_ENVIRON)
+        # An ancestor holding this server's own configuration (name and value) was handed its whole environment.
+        configuration = _configuration_entries(os.environb)
+        if any(configuration & set(environ.split(b"\0")) for environ in io.read_ancestor_environs()):
+            return ScrubResult("failed", reason=ANCESTOR_HOLDS_ENVIRON)
         return ScrubResult("scrubbed", wiped_bytes=end - start)
     except Exception as exc:  # noqa: BLE001 - the scrub reports, it never raises
         return ScrubResult("failed", reason=str(exc) or type(exc).__name__)
+
+
+def _configuration_entries(environ: Mapping[bytes, bytes]) -> set[bytes]:
+    """This deployment's own settings as `name=value` entries: the variables a launcher hands the server alone."""
+    return {name + b"=" + value for name, value in environ.items() if name.startswith(b"MCP_") or name == b"SKILLS_DIR"}
 
 
 def _names(environ_block: bytes) -> set[str]:
@@ -216,8 +252,8 @@ def run_block_reason(scrub: ScrubResult, hosted: bool, allow_unscrubbed: bool) -
     if scrub.status != "failed" or not hosted or allow_unscrubbed:
         return None
     until = "no script may run until this is fixed or until the owner sets MCP_SKILL_ALLOW_UNSCRUBBED=1"
-    if scrub.reason == INIT_HOLDS_ENVIRON:  # this process's block was wiped; PID 1's was not
-        return f"{INIT_HOLDS_ENVIRON}; {until}"
+    if scrub.reason in (INIT_HOLDS_ENVIRON, ANCESTOR_HOLDS_ENVIRON):  # this process's block was wiped; theirs not
+        return f"{scrub.reason}; {until}"
     return (
         f"the exec-time environment block could not be wiped ({scrub.reason}), so any script could read "
         f"every variable this deployment holds from /proc/<pid>/environ; {until}"

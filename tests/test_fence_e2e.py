@@ -499,3 +499,26 @@ def test_a_child_setup_step_the_kernel_refuses_is_a_start_failure_naming_it(sand
     events = [(event["event"], event.get("reason")) for event in server.log_events() if event["event"].startswith("run.")]
     assert ("run.start", None) not in events
     assert [reason for name, reason in events if name == "run.refused"] == ["spawn-failed", "spawn-failed"]
+
+
+def test_a_server_started_through_a_same_uid_wrapper_runs_nothing_hosted(sandbox: Path) -> None:
+    # `sh -c` (or uv run, npx) that does not exec keeps the environment the server wipes from its own block: a script
+    # would read every secret from /proc/<wrapper>/environ, so a hosted server must not call itself scrubbed.
+    grant = json.dumps([{"skill": "fence", "script": "peek.py"}])
+    drop = ["setpriv", "--reuid", "10001", "--regid", "10001", "--clear-groups"] if os.geteuid() == 0 else []
+    wrapped = [*drop, "/bin/sh", "-c", f"{SYSTEM_PYTHON} -m skill_mcp; exit $?"]
+    environ = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "PYTHONPATH": str(sandbox / "site"),
+               "PYTHONDONTWRITEBYTECODE": "1", "SKILLS_DIR": str(sandbox / "skills"), "MCP_SKILL_PYTHON": SYSTEM_PYTHON,
+               "NEIGHBOUR_TOKEN": SENTINEL, "MCP_HOST_METER_FILE": "/nonexistent/meter", "MCP_SKILL_RUN": grant}
+    server = LineClient(wrapped, environ, cwd=str(sandbox))
+    try:
+        legacy_handshake(server)
+        listed = tool_payload(server.request("tools/call", {"name": "skill_list", "arguments": {}}))
+        answer = server.request("tools/call", {"name": "skill_run", "arguments": {"name": "fence", "script": "peek.py"}})
+        server.close_stdin()
+        assert server.wait() == 0
+    finally:
+        server.kill()
+    assert listed["hardening"]["environScrubbed"] is False
+    assert answer["result"]["isError"] is True
+    assert "a process this server was started through" in answer["result"]["content"][0]["text"]

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from support import fails_after, in_signal_mask, world_readable_dir
 
 from skill_mcp.hardening import (
+    ANCESTOR_HOLDS_ENVIRON,
     ENVIRON_NOT_WIPED,
     INIT_HOLDS_ENVIRON,
     STAT_PGRP,
@@ -153,6 +155,20 @@ def test_stat_fields_name_this_process_s_own_state_group_session_and_start() -> 
     with open("/proc/1/stat", "rb") as init:
         assert 0 <= int(stat_fields(init.read())[STAT_START_TIME]) <= int(fields[STAT_START_TIME])
     assert stat_fields(b"no comm here") is None
+
+
+def test_a_same_uid_ancestor_holding_the_deployments_settings_fails_the_scrub(monkeypatch) -> None:
+    # `sh -c 'skill-mcp serve; ...'` as the server's uid: the wrapper was handed the whole environment, and keeps it.
+    monkeypatch.setenv("MCP_SKILLS_PATH", "/skills")
+    wrapper = b"HOME=/h\0MCP_SKILLS_PATH=/skills\0API_KEY=k\0"
+    assert scrub_environ(replace(FakeProc().io(), read_ancestor_environs=lambda: [b"", wrapper])) == ScrubResult(
+        "failed", reason=ANCESTOR_HOLDS_ENVIRON
+    )
+    # A client that handed the settings to the server alone, through exec, holds none of them: no leak.
+    client = b"HOME=/h\0MCP_SKILLS_PATH=/elsewhere\0DISPLAY=:0\0"
+    assert scrub_environ(replace(FakeProc().io(), read_ancestor_environs=lambda: [client])) == ScrubResult(
+        "scrubbed", wiped_bytes=600
+    )
 
 
 def test_environ_still_readable_after_the_write_fails() -> None:
