@@ -222,7 +222,11 @@ def serve() -> int:
 
     anyio.run(serve_stdio, server, ending_signals, on_shutdown, runs.note_input_end, on_listening)
     _exit_on_signals(ending_signals)
-    return EXIT_OK
+    # Python's own exit puts back each signal's default action before it tears its modules down: a SIGTERM
+    # then ended the server with status -15. It exits as a signal's shutdown does.
+    sys.stdout.flush()
+    drain_stderr(EXIT_DRAIN_SECONDS)
+    os._exit(EXIT_OK)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -58,10 +58,16 @@ async def serve_stdio(
     async with anyio.create_task_group() as group:
 
         async def watch_signals(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-            with anyio.open_signal_receiver(*ending_signals) as signals:
-                task_status.started()
-                async for _ in signals:
-                    deadline.exit_now("signal")  # stdin is read by a thread blocked in read(): exit, not cancel
+            try:
+                with anyio.open_signal_receiver(*ending_signals) as signals:
+                    task_status.started()
+                    async for _ in signals:
+                        deadline.exit_now("signal")  # stdin is read by a thread blocked in read(): exit, not cancel
+            finally:
+                # Closing the receiver restores each signal's default action, which would end the server winding
+                # down with the signal's status (-15), not 0.
+                for each in ending_signals:
+                    signal.signal(each, lambda *_: deadline.exit_now("signal"))
 
         await group.start(watch_signals)
         on_listening()

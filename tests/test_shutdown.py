@@ -411,6 +411,60 @@ def test_a_signal_during_boot_exits_zero_without_a_traceback(tmp_path, signum) -
     assert "boot" not in events  # it came during boot, and ended it
 
 
+# serve_stdio with stdin at its end, then a SIGTERM from within the event loop, once its watch on signals is over:
+# the moment a client's close-then-SIGTERM lands while the server winds down.
+SIGNAL_AS_THE_LOOP_WINDS_DOWN = """\
+import os, signal, sys, time
+import anyio
+from mcp.server.lowlevel import Server
+from skill_mcp.lifecycle import serve_stdio
+
+async def main():
+    shutdown = lambda reason: print("shutdown", reason, file=sys.stderr, flush=True)
+    await serve_stdio(Server("t"), (signal.SIGTERM,), shutdown, lambda: None, lambda: None)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)  # the handler ends the process within this
+    sys.exit(3)
+
+anyio.run(main)
+"""
+
+
+def test_a_signal_while_the_loop_winds_down_after_the_end_of_input_exits_zero() -> None:
+    # Closing the signal receiver restored each signal's default action: a SIGTERM in the few milliseconds after
+    # the end of input, before `serve` set its own handlers again, ended the server with status -15 (SIGINT, -2).
+    finished = subprocess.run([sys.executable, "-c", SIGNAL_AS_THE_LOOP_WINDS_DOWN], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stderr.decode().splitlines() == ["shutdown eof"]
+
+
+# `serve` with stdin at its end, then a SIGTERM from a finalizer Python runs as it tears down.
+SIGNAL_AS_PYTHON_TEARS_DOWN = """\
+import gc, os, signal, sys
+from skill_mcp.cli import main
+
+code = main([])
+gc.disable()
+
+class SignalAtTeardown:
+    def __del__(self):  # collected in Python's teardown, after it has put back each signal's default action
+        os.kill(os.getpid(), signal.SIGTERM)
+
+garbage = SignalAtTeardown()
+garbage.cycle = garbage
+del garbage
+sys.exit(code)
+"""
+
+
+def test_a_signal_as_the_served_process_exits_still_exits_zero() -> None:
+    finished = subprocess.run([sys.executable, "-c", SIGNAL_AS_PYTHON_TEARS_DOWN], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_environ(), timeout=30)
+    assert finished.returncode == 0, finished.stderr
+    assert [json.loads(line)["event"] for line in finished.stderr.splitlines()][-1] == "shutdown"
+
+
 IGNORING_LAUNCHERS = {
     signal.SIGHUP: ["nohup"],
     # a non-interactive shell's background job: `skill-mcp &`
