@@ -130,13 +130,12 @@ class _Unanswered:
     """Answers owed for what was read from stdin and not written yet: the requests, and the refusals of lines the
     SDK could not read. While the writer is behind, reading pauses at MAX_REQUESTS_IN_FLIGHT of them. When stdin
     ends the SDK cancels every request in flight, so a client that writes its requests and closes stdin (a shell
-    pipe) would lose their answers: the end of input waits for these, at most ANSWER_DRAIN_SECONDS, skill_run
-    calls aside: a run's answer may wait on the user, who can no longer reply, and the end of input stops runs."""
+    pipe) would lose their answers: the end of input waits for these, at most ANSWER_DRAIN_SECONDS. A skill_run
+    call ends soon too: the end of input kills its script and withdraws its question to the user."""
 
     def __init__(self, may_pause: bool = True) -> None:
         self._may_pause = may_pause  # only where the client's close is seen unread: the exit deadline needs it
         self._waiting: Counter[RequestId] = Counter()  # by the SDK's own id rules: "7" is 7, true is no id
-        self._runs: Counter[RequestId] = Counter()  # the skill_run calls among them, which the drain does not wait for
         self._in_writer: Counter[RequestId] = Counter()  # answers handed to the writer and not yet taken
         self._room: anyio.Event | None = None  # only while reading waits for an answer to be written
         self._all_answered: anyio.Event | None = None  # only while draining
@@ -146,8 +145,6 @@ class _Unanswered:
         if isinstance(message, types.JSONRPCRequest):
             request_id = coerce_request_id(message.id)
             self._waiting[request_id] += 1
-            if message.method == "tools/call" and (message.params or {}).get("name") == "skill_run":
-                self._runs[request_id] += 1
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             cancelled = as_request_id((message.params or {}).get("requestId"))
             # The SDK writes nothing for a request cancelled in time; an answer already with the writer still goes.
@@ -171,13 +168,9 @@ class _Unanswered:
 
     def _settle(self, request_id: RequestId) -> None:
         _take_one(self._waiting, request_id)
-        _take_one(self._runs, request_id)
         self._make_room()
-        if self._all_answered is not None and self._only_runs_left():
+        if self._all_answered is not None and not self._waiting:
             self._all_answered.set()
-
-    def _only_runs_left(self) -> bool:
-        return self._waiting.total() <= self._runs.total()
 
     def _full(self) -> bool:
         writer_behind = self._in_writer.total() > 0
@@ -197,7 +190,7 @@ class _Unanswered:
             await self._room.wait()
 
     async def drain(self) -> None:
-        if self._only_runs_left():
+        if not self._waiting:
             return
         self._all_answered = anyio.Event()
         with anyio.move_on_after(ANSWER_DRAIN_SECONDS):

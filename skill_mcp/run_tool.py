@@ -75,6 +75,7 @@ class RunService:
         self._running_at_input_end = False
         self._collecting: anyio.Event | None = None  # set while a stopped run's leader is being collected
         self._input_ended = False
+        self._questions: set[anyio.CancelScope] = set()  # confirmation questions awaiting the user (path 1)
         self._log = get_logger()
 
     # --- entry points -------------------------------------------------------------------------
@@ -108,6 +109,8 @@ class RunService:
         reports this run."""
         self._input_ended = True
         self._running_at_input_end = self._active is not None
+        for question in self._questions:  # no answer can reach them now: each call is answered "not confirmed"
+            question.cancel()
         if self._active is not None:
             kill_process_group(self._active.pid)
 
@@ -138,16 +141,7 @@ class RunService:
     async def _path_elicitation(
         self, ctx: ServerRequestContext[Any], draft: Draft
     ) -> dict[str, Any] | types.InputRequiredResult:
-        message, schema = confirm.elicitation_question(draft.will_run)
-        try:
-            with anyio.fail_after(self.deployment.config.ttl_seconds):
-                answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
-            decision = _decision(answer)
-        except anyio.get_cancelled_exc_class():  # the client gave up on the call while its user decided
-            self._log_confirm(draft, "elicitation", "cancelled")
-            raise
-        except Exception:  # noqa: BLE001 - a client error or a timeout means "not confirmed"
-            decision = "failed"
+        decision = await self._user_decision(ctx, draft)
         self._log_confirm(draft, "elicitation", decision)
         if decision != "accepted":
             return text_result(minified(confirm.not_confirmed()))
@@ -159,6 +153,26 @@ class RunService:
             self._log_confirm(draft, "elicitation", confirm.DRAFT_CHANGED)
             return text_result(_preview_json(confirm.draft_changed(fresh.will_run)), is_error=True)
         return await self._spend_and_run(fresh, None, "elicitation")
+
+    async def _user_decision(self, ctx: ServerRequestContext[Any], draft: Draft) -> str:
+        """The user's answer to the confirmation question: accepted, declined, cancelled or failed."""
+        if self._input_ended:  # the client has closed its input: no answer could come
+            return "cancelled"
+        message, schema = confirm.elicitation_question(draft.will_run)
+        with anyio.CancelScope() as question:
+            self._questions.add(question)
+            try:
+                with anyio.fail_after(self.deployment.config.ttl_seconds):
+                    return _decision(await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id))
+            except anyio.get_cancelled_exc_class():
+                if not question.cancel_called:  # the client gave up on the call while its user decided
+                    self._log_confirm(draft, "elicitation", "cancelled")
+                raise
+            except Exception:  # noqa: BLE001 - a client error or a timeout means "not confirmed"
+                return "failed"
+            finally:
+                self._questions.discard(question)
+        return "cancelled"  # the client closed its input while its user decided (note_input_end)
 
     async def _path_input_required(
         self, ctx: ServerRequestContext[Any], draft: Draft
@@ -330,7 +344,7 @@ class RunService:
         self._log_end(
             draft, env_names, exit_code=outcome.exit_code, signal=outcome.signal, timed_out=outcome.timed_out,
             duration_ms=outcome.duration_ms, truncated=result["truncated"], stdout_bytes=outcome.stdout_bytes,
-            stderr_bytes=outcome.stderr_bytes,
+            stderr_bytes=outcome.stderr_bytes, cancelled=self._running_at_input_end,  # the client left mid-run
         )
         return text_result(minified(result))
 

@@ -131,6 +131,39 @@ def test_a_run_stopped_by_shutdown_logs_its_end_before_shutdown(tmp_path, how: s
     assert {"truncated", "stdoutBytes", "stderrBytes"} <= end.keys()
 
 
+def test_a_run_stopped_by_the_end_of_input_is_still_answered(tmp_path) -> None:
+    # The client may still read stdout: the call is answered with what the killed script wrote, not dropped.
+    server, _ = start_slow_run(tmp_path)
+    server.close_stdin()
+    assert server.wait() == 0
+    (answer,) = [json.loads(line) for line in server.stdout_lines if json.loads(line).get("id") == 99]
+    result = tool_payload(answer)
+    assert (result["exitCode"], result["signal"], result["timedOut"]) == (None, "SIGKILL", False)
+
+
+ASKING_SKILL = SLOW_SKILL.replace("name: slow", "name: asks").replace("slow.py", "run.py")
+
+
+def test_a_question_the_user_was_still_deciding_at_the_end_of_input_is_withdrawn_at_once(tmp_path) -> None:
+    # No answer can come once stdin is closed: the call is answered "not confirmed" now, not at the drain's bound.
+    write_skill(tmp_path / "skills", "asks", ASKING_SKILL, files={"run.py": "print('ran')\n"})
+    server = LineClient([sys.executable, "-m", "skill_mcp"], clean_environ(SKILLS_DIR=str(tmp_path / "skills")))
+    asking = {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "c", "version": "0"}}
+    server.request("initialize", asking)
+    server.notify("notifications/initialized")
+    run = {"name": "skill_run", "arguments": {"name": "asks", "script": "run.py"}}
+    server.send_line(json.dumps({"jsonrpc": "2.0", "id": "run", "method": "tools/call", "params": run}).encode())
+    assert server.next_message()["method"] == "elicitation/create"
+    started = time.monotonic()
+    server.close_stdin()
+    assert server.wait() == 0
+    assert time.monotonic() - started < ANSWER_DRAIN_SECONDS / 2
+    (answer,) = [json.loads(line) for line in server.stdout_lines if json.loads(line).get("id") == "run"]
+    assert tool_payload(answer)["confirmed"] is False
+    decisions = [(event["event"], event.get("decision")) for event in server.log_events() if event["event"].startswith("run.")]
+    assert decisions == [("run.preview", None), ("run.confirm", "cancelled")]
+
+
 def test_a_cancelled_run_logs_its_end_and_is_not_killed_again_at_shutdown(tmp_path) -> None:
     server, script_pid = start_slow_run(tmp_path)
     server.notify("notifications/cancelled", {"requestId": 99, "reason": "user stopped it"})
@@ -167,20 +200,25 @@ def test_requests_piped_in_before_stdin_closes_are_all_answered(tmp_path) -> Non
     ]  # fmt: skip
     loads = [{"jsonrpc": "2.0", "id": index, "method": "tools/call",
               "params": {"name": "skill_load", "arguments": {"name": "alpha"}}} for index in range(10, 50)]  # fmt: skip
-    # a skill_run last: its answer is not waited for, and it must not stop the others from being answered
-    preview = {"jsonrpc": "2.0", "id": 99, "method": "tools/call",
-               "params": {"name": "skill_run", "arguments": {"name": "alpha", "script": "x.py"}}}  # fmt: skip
-    piped = "".join(json.dumps(message) + "\n" for message in [*handshake, *calls, *loads, preview])
+    # skill_run calls last, a refusal and a preview whose hashing is still under way when stdin ends
+    runs = [{"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+             "params": {"name": "skill_run", "arguments": {"name": "alpha", "script": "x.py"}}},
+            {"jsonrpc": "2.0", "id": 100, "method": "tools/call",
+             "params": {"name": "skill_run", "arguments": {"name": "slow", "script": "slow.py"}}}]  # fmt: skip
+    write_skill(tmp_path / "skills", "slow", SLOW_SKILL, files={"slow.py": "#" * (16 << 20)})
+    piped = "".join(json.dumps(message) + "\n" for message in [*handshake, *calls, *loads, *runs])
     for _ in range(3):  # the loss was a race: each run must answer everything
         finished = subprocess.run(
             [sys.executable, "-m", "skill_mcp"], input=piped, capture_output=True, text=True, timeout=30,
-            env=clean_environ(SKILLS_DIR=str(tmp_path / "skills")),
+            env=clean_environ(SKILLS_DIR=str(tmp_path / "skills"), MCP_SKILL_PYTHON="/usr/bin/python3"),
         )  # fmt: skip
         assert finished.returncode == 0, finished.stderr
         answers = {answer["id"]: answer for answer in map(json.loads, finished.stdout.splitlines())}
-        assert sorted(set(answers) - {99}) == [0, 1, 2, 3, 4, *range(10, 50)]
+        assert sorted(answers) == [0, 1, 2, 3, 4, *range(10, 50), 99, 100]
         assert all("result" in answer for answer in answers.values())
         assert tool_payload(answers[3])["files"][0]["content"] == "# Notes\n"
+        assert answers[99]["result"]["isError"] is True
+        assert "confirmToken" in tool_payload(answers[100])  # the user's preview, which the client came for
 
 
 @pytest.mark.anyio
@@ -533,12 +571,11 @@ async def test_reading_waits_while_max_requests_wait_for_their_answer_and_answer
 
 
 @pytest.mark.anyio
-async def test_the_end_of_input_waits_for_no_skill_run_and_for_every_refusal() -> None:
+async def test_the_end_of_input_waits_for_skill_run_calls_and_for_every_refusal() -> None:
+    # A run's call ends soon after the input does (its script killed, its question withdrawn): its answer goes out.
     unanswered = _Unanswered()
     run = {"name": "skill_run", "arguments": {}}
     unanswered.note_read(SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id="run", method="tools/call", params=run)))
-    with anyio.fail_after(0.5):  # a run's answer may wait on the user, who can no longer reply
-        await unanswered.drain()
     unanswered.note_owed([7])
     drained = anyio.Event()
 
@@ -548,9 +585,10 @@ async def test_the_end_of_input_waits_for_no_skill_run_and_for_every_refusal() -
 
     async with anyio.create_task_group() as group:
         group.start_soon(drain)
-        await anyio.sleep(0.1)
-        assert not drained.is_set()
-        unanswered.note_written(7)
+        for answered in ("run", 7):
+            await anyio.sleep(0.1)
+            assert not drained.is_set()
+            unanswered.note_written(answered)
         with anyio.fail_after(1):
             await drained.wait()
 
