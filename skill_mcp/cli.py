@@ -222,11 +222,12 @@ def serve() -> int:
 
     anyio.run(serve_stdio, server, ending_signals, on_shutdown, runs.note_input_end, on_listening)
     _exit_on_signals(ending_signals)
-    # Python's own exit puts back each signal's default action before it tears its modules down: a SIGTERM
-    # then ended the server with status -15. It exits as a signal's shutdown does.
-    sys.stdout.flush()
-    drain_stderr(EXIT_DRAIN_SECONDS)
-    os._exit(EXIT_OK)
+    drain_stderr(EXIT_DRAIN_SECONDS)  # a signal while the log drains still ends the process at once
+    # Python's own exit puts back the default action of each signal it handles before it tears its modules down,
+    # where a SIGTERM ended the server, done, with status -15; one it ignores stays ignored.
+    for each in ending_signals:
+        signal.signal(each, signal.SIG_IGN)
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

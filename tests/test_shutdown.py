@@ -503,6 +503,14 @@ def test_a_signal_as_the_served_process_exits_still_exits_zero() -> None:
     assert [json.loads(line)["event"] for line in finished.stderr.splitlines()][-1] == "shutdown"
 
 
+def test_serve_ends_through_pythons_own_exit_so_exit_hooks_run() -> None:
+    # bench/phases.py reports from an atexit hook; an os._exit at the end of serve skipped it.
+    hooked = "import atexit, sys\nfrom skill_mcp.cli import main\natexit.register(print, 'hook ran')\nsys.exit(main([]))\n"
+    finished = subprocess.run([sys.executable, "-c", hooked], stdin=subprocess.DEVNULL, capture_output=True,
+                              env=clean_environ(), timeout=30)  # fmt: skip
+    assert (finished.returncode, finished.stdout) == (0, b"hook ran\n"), finished.stderr
+
+
 IGNORING_LAUNCHERS = {
     signal.SIGHUP: ["nohup"],
     # a non-interactive shell's background job: `skill-mcp &`
