@@ -291,6 +291,35 @@ def test_opened_closes_its_descriptor_when_the_reader_fails(layout):
     assert len(os.listdir("/proc/self/fd")) == before
 
 
+def test_a_read_leaves_no_descriptor_open_and_hands_none_to_a_script(layout):
+    # §6.3: the read descriptor is close-on-exec, and the handles checked on the way to it are all closed: one
+    # left per read through a link would run the server out of descriptors.
+    skill = layout / "skill"
+    os.symlink("scripts/ok.js", skill / "alias.js")
+    os.symlink("scripts", skill / "linked")
+    before = len(os.listdir("/proc/self/fd"))
+    for rel in ("notes.md", "alias.js", "linked/ok.js"):
+        with SkillDir(str(skill)).opened(rel) as (fd, _):
+            assert not os.get_inheritable(fd), rel
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+@needs_root
+def test_a_file_is_read_through_directories_the_server_may_enter_but_not_list():
+    # A home directory is often 0711: checking a path may need only search permission on the directories above.
+    home = world_readable_dir()
+    skill = home / "user" / "skill"
+    (skill / "scripts").mkdir(parents=True)
+    (skill / "scripts" / "ok.js").write_text("ok")
+    os.symlink("scripts/ok.js", skill / "alias.js")  # through a link: the full check, not the link-free open
+    (home / "user").chmod(0o711)
+    try:
+        real = as_unprivileged(lambda: resolve_in_skill(str(skill), "alias.js"))
+    finally:
+        shutil.rmtree(home)
+    assert real == str(skill / "scripts" / "ok.js")
+
+
 def test_a_link_swapped_in_after_the_realpath_is_not_followed(layout, monkeypatch):
     # The realpath fallback opens the checked real path again: with no O_NOFOLLOW, a link put there since would
     # be followed out of the skill while the path string still passes the containment check.
