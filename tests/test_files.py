@@ -70,6 +70,20 @@ def test_size_is_never_below_bytes_read(tmp_path):
     assert result.size >= len(result.data) > 0
 
 
+@pytest.mark.parametrize(
+    ("grown", "cap", "expected_size", "truncated"),
+    [(150_000, MIB, 150_000, False), (200_000, 100_000, 100_001, True), (400_000, 200_000, 200_001, True)],
+)
+def test_a_file_that_grew_after_its_check_is_read_to_its_end_or_the_cap(tmp_path, grown, cap, expected_size,
+                                                                        truncated):
+    # skill_file sizes every file before it reads any (§7.3): one written to meanwhile is still read to its end,
+    # or cut at the cap with one byte past it read to know, as one whose st_size says too little (procfs).
+    data = os.urandom(grown)
+    (tmp_path / "log.txt").write_bytes(b"")
+    with SkillDir(str(tmp_path)).opened("log.txt") as (fd, status):
+        (tmp_path / "log.txt").write_bytes(data)
+        assert read_capped_fd(fd, cap, status) == CappedRead(data[:cap], expected_size, truncated)
+
 def test_sparse_256_mib_file_with_1_mib_cap_stays_near_cap(tmp_path):
     sparse = tmp_path / "sparse.bin"
     with open(sparse, "wb") as f:
