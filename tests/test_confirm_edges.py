@@ -286,12 +286,20 @@ STORE_LAYOUTS = {  # which of the store's levels exist, and whose they are
     "all the server's": {".mcp-confirm": "server", ".mcp-confirm/spent": "server"},
     "store root's, spent the server's": {".mcp-confirm": "root", ".mcp-confirm/spent": "server"},
     "store the server's, spent root's and open": {".mcp-confirm": "server", ".mcp-confirm/spent": "root"},
+    # "." is MCP_DATA_DIR itself: the server's and open unless named here.
+    "data root's, its store the server's": {".": "root", ".mcp-confirm": "server", ".mcp-confirm/spent": "server"},
+    "data the server's, writable but not searchable": {".": "server, mode 0600"},
 }
 
 
+UNSPENDABLE = ("so no token or request state can be recorded as spent, and a run confirmed by one (any client without "
+               "elicitation) is refused after the user approved it")
+
+
 @needs_root
+@pytest.mark.parametrize("user", ["unprivileged", "root"])
 @pytest.mark.parametrize("layout", sorted(STORE_LAYOUTS))
-def test_the_boot_warns_about_the_spent_store_exactly_when_a_spend_would_fail(layout: str) -> None:
+def test_the_boot_warns_about_the_spent_store_exactly_when_a_spend_would_fail(layout: str, user: str) -> None:
     # A spend makes both levels private (0700), which only their owner may: a level another user owns fails every
     # spend, so every run a token or state approved is refused after the user approved it. The boot said nothing.
     shared = world_readable_dir()
@@ -300,10 +308,12 @@ def test_the_boot_warns_about_the_spent_store_exactly_when_a_spend_would_fail(la
         data.mkdir()
         os.chown(data, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
         for rel, owner in STORE_LAYOUTS[layout].items():
-            (data / rel).mkdir(mode=0o777)
-            (data / rel).chmod(0o777)
-            if owner == "server":
-                os.chown(data / rel, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+            if rel != ".":
+                (data / rel).mkdir(mode=0o777)
+                (data / rel).chmod(0o777)
+            uid = UNPRIVILEGED_UID if owner.startswith("server") else 0
+            os.chown(data / rel, uid, uid)
+        data.chmod(0o600 if STORE_LAYOUTS[layout].get(".", "").endswith("0600") else 0o755)
 
         def boot_then_spend() -> tuple[list[str], str]:
             environ = {"MCP_CONFIRM_SECRET": "s1", "MCP_DATA_DIR": str(data)}
@@ -314,14 +324,17 @@ def test_the_boot_warns_about_the_spent_store_exactly_when_a_spend_would_fail(la
                 spent = False
             return [w.problem for w in warnings if w.variable == "MCP_DATA_DIR"], "spent" if spent else "refused"
 
-        warned, spend = as_unprivileged(boot_then_spend)
+        # A root server may make any level private, so it spends, and is warned of nothing, in every layout.
+        warned, spend = as_unprivileged(boot_then_spend) if user == "unprivileged" else boot_then_spend()
     finally:
         shutil.rmtree(shared)
     assert (bool(warned), spend) in ((False, "spent"), (True, "refused")), (warned, spend)
-    if warned:
+    if warned and "not searchable" in layout:
+        assert warned == [f"is not writable by the server's user, {UNSPENDABLE}; make it writable (the server creates "
+                          "only .mcp-confirm/spent in it)"]
+    elif warned:
         assert warned == [
             "holds a .mcp-confirm or .mcp-confirm/spent directory another user owns, which the server cannot make "
-            "private (mode 0700) as it does on each spend, so no token or request state can be recorded as spent, "
-            "and a run confirmed by one (any client without elicitation) is refused after the user approved it; "
-            "give them to the server's user, or remove them (the server creates them)"
+            f"private (mode 0700) as it does on each spend, {UNSPENDABLE}; give them to the server's user, or remove "
+            "them (the server creates them)"
         ]
