@@ -258,6 +258,14 @@ def test_a_row_must_name_the_declared_script_string_exactly(script):
     assert [(p.reason, script in p.detail) for p in problems] == [("grant", True)]
 
 
+@pytest.mark.parametrize("name", ["Weather", "weather ", "weath"])
+def test_a_row_must_name_the_skill_directory_exactly(name):
+    # §10.3: `skill` == the directory name; a case change or another spelling names a skill that is not served.
+    effective, problems = apply_grant([WEATHER], granted(f'[{{"skill": "{name}", "script": "scripts/fetch.py"}}]'))
+    assert effective == {"weather": ()}
+    assert [(p.path, p.reason) for p in problems] == [("MCP_SKILL_RUN", "grant")]
+
+
 def served_weather(tmp_path, declared_env: str, granted_env: list[str]) -> tuple[dict, str]:
     """skill_list, and the log, of a server given a grant of `granted_env` for weather's one script."""
     make_skill(tmp_path, "weather", f"""\
