@@ -176,9 +176,12 @@ def test_override_link_to_an_executable_is_followed(tree):
     assert found["node"] == str(root / "node-link")
 
 
-def test_server_venv_prefix_reads_sys():
-    expected = sys.prefix if sys.prefix != sys.base_prefix else None
-    assert server_venv_prefix() == expected
+@pytest.mark.parametrize("in_venv", [True, False])
+def test_server_venv_prefix_is_the_venv_or_none_on_a_base_interpreter(monkeypatch, in_venv):
+    # On its base interpreter the server has no venv to keep scripts out of: its prefix (/usr) must not count as one.
+    monkeypatch.setattr(sys, "prefix", "/srv/venv" if in_venv else "/usr")
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    assert server_venv_prefix() == ("/srv/venv" if in_venv else None)
 
 
 def test_a_sibling_sharing_the_venvs_name_as_a_prefix_is_not_inside_it(tmp_path):
