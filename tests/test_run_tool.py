@@ -359,7 +359,7 @@ async def test_preview_stage_refuses_before_any_question(fence: Fence, era: str,
 
 
 @pytest.mark.parametrize("script", ["./scripts/mark.py", "scripts//mark.py", "scripts/./mark.py", "scripts/mark.py ",
-                                    " scripts/mark.py", "Scripts/mark.py"])
+                                    " scripts/mark.py", "Scripts/mark.py", "scripts/mark.py/"])
 async def test_only_the_exact_declared_string_is_effective(fence: Fence, script: str) -> None:
     # §9.1 step 4 is an exact string match: a spelling that names the same file is still "not declared".
     service = fence.service()
@@ -731,6 +731,18 @@ async def test_path1_callback_exception_and_timeout_run_nothing(fence: Fence) ->
     assert payload(failed) == NOT_CONFIRMED
     assert payload(timed_out) == NOT_CONFIRMED
     await anyio.sleep(0.1)
+    assert fence.runs() == []
+
+
+async def test_path1_asks_nothing_once_the_clients_input_has_ended(fence: Fence) -> None:
+    # §5.1: after the end of input no answer can arrive, so a call still being answered is not confirmed at once.
+    service = fence.service()
+    asker = Asker()
+    async with connect(service.deployment, "legacy", service.call, elicitation_callback=asker) as client:
+        service.note_input_end()
+        result = await client.call_tool("skill_run", call())
+    assert payload(result) == NOT_CONFIRMED
+    assert asker.questions == []
     assert fence.runs() == []
 
 
