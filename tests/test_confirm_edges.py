@@ -180,6 +180,26 @@ def test_a_request_state_whose_spend_is_lost_after_its_check_is_asked_again() ->
     assert decisions == ["asked", "accepted", "accepted", "asked"]
 
 
+@pytest.mark.parametrize(("state", "kind"), [(5, "a number"), ({"nonce": "x"}, "an object"), (["x"], "an array")])
+def test_a_request_state_that_is_no_string_is_refused_by_name_and_runs_nothing(gate: Gate, state: Any, kind: str) -> None:
+    # The handler reads requestState as the string this server sealed; a client echoing anything else gets an
+    # invalid-params answer naming the field, over the wire (not an internal error, and no run).
+    environ = clean_environ(SKILLS_DIR=str(gate.base / "root"), MCP_SKILL_PYTHON=PYTHON,
+                            MCP_SKILL_RUN=json.dumps([{"skill": "gate", "script": "mark.py"}]))  # fmt: skip
+    tool_call = {"_meta": MODERN_ASKING, "name": "skill_run", "arguments": run()}
+    accepted = {"confirm": {"action": "accept", "content": {"confirmed": True}}}
+    with running([sys.executable, "-m", "skill_mcp"], environ) as client:
+        asked = client.request("tools/call", tool_call)["result"]
+        refused = client.request("tools/call", {**tool_call, "inputResponses": accepted, "requestState": state})
+        client.close_stdin()
+        assert client.wait() == 0
+    assert asked["resultType"] == "input_required"
+    assert refused["error"] == {
+        "code": -32602, "message": f'invalid params for tools/call: "requestState" must be a string, not {kind}'
+    }
+    assert gate.runs() == []
+
+
 # --- a call cancelled while its question is out (§11.2, §13) --------------------------------------
 
 

@@ -28,6 +28,7 @@ from support import ERAS, REPO, connect, deployment_for, error_text, payload, wr
 
 from skill_mcp import preview as preview_module
 from skill_mcp import run_tool
+from skill_mcp.limits import MAX_SCRIPT_BYTES
 from skill_mcp.run_tool import RunService
 from skill_mcp.runner import RunOutcome
 
@@ -1651,17 +1652,24 @@ async def test_configured_limits_reach_the_script_and_a_fenced_failure_carries_t
     assert ("egress" in failed["networkNote"]) if fenced else ("networkNote" not in failed)
 
 
-async def test_a_script_over_16_mib_is_refused_before_it_is_hashed_whole(tmp_path: Path) -> None:
-    # A sparse 20 GiB script used to stall every request for the minute its preview took to hash.
+@pytest.mark.parametrize("size", [MAX_SCRIPT_BYTES, MAX_SCRIPT_BYTES + 1, 20 * 2**30])
+async def test_a_script_over_16_mib_is_refused_before_it_is_hashed_whole(tmp_path: Path, size: int) -> None:
+    # A sparse 20 GiB script used to stall every request for the minute its preview took to hash. The cap itself
+    # is a script's size, not one byte less: a script of exactly 16 MiB is hashed and previewed.
     runner = "name: big\ndescription: Big.\nmcp-host:\n  version: 1\n  run:\n    - script: big.py\n      interpreter: python3\n"
     skill = Path(write_skill(tmp_path, "big", runner))
     with open(skill / "big.py", "wb") as script:
-        script.truncate(20 * 2**30)
+        script.truncate(size)
     service = RunService(deployment_for({"SKILLS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "MCP_SKILL_PYTHON": PYTHON}))
     async with connect(service.deployment, "legacy", service.call) as client:
         with anyio.fail_after(5):
-            refused = error_text(await client.call_tool("skill_run", call("big", "big.py")))
-    assert refused.startswith('"big.py" is more than 16777216 bytes, the cap for a script; it is not run')
+            answer = await client.call_tool("skill_run", call("big", "big.py"))
+    if size == MAX_SCRIPT_BYTES:
+        assert not answer.is_error
+        zeros = hashlib.sha256(bytes(size)).hexdigest()
+        assert payload(answer)["preview"]["willRun"]["scriptSha256"] == zeros
+    else:
+        assert error_text(answer).startswith('"big.py" is more than 16777216 bytes, the cap for a script; it is not run')
 
 
 async def test_python_scripts_run_isolated_and_outside_the_servers_venv(tmp_path: Path) -> None:
