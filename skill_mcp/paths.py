@@ -329,14 +329,16 @@ class SkillDir:
         except OSError:
             return None
         # Only what lstat has just shown to be a regular file is opened here, so a device node is not opened to be
-        # refused (short of a swap between the two calls, which the inode comparison then catches).
+        # refused (short of a swap between the two calls, which the check of what was opened then catches).
         if not stat.S_ISREG(checked.st_mode):
             return None
         fd = _OPEN_LINK_FREE(path)
         if fd is None:
             return None
         status = os.fstat(fd)
-        if os.path.samestat(status, checked):
+        # The type is checked again: a file removed since the lstat frees its inode number, which a FIFO or device
+        # node made in its place can take, so the same number alone does not prove the same file.
+        if stat.S_ISREG(status.st_mode) and os.path.samestat(status, checked):
             return fd, path, status
         os.close(fd)  # swapped since the stat: the full check decides
         return None

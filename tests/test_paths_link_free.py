@@ -9,7 +9,7 @@ import pytest
 from support import fails_after
 
 from skill_mcp import paths
-from skill_mcp.paths import Openat2, SkillDir
+from skill_mcp.paths import NotRegularFile, Openat2, SkillDir
 
 pytestmark = pytest.mark.skipif(paths._OPEN_LINK_FREE is None, reason="no openat2 here")
 
@@ -154,3 +154,23 @@ def test_the_opener_gives_up_only_on_errors_that_say_the_call_is_unusable(monkey
     assert opener.usable is not gives_up
     assert opener("/") is None
     assert len(calls) == (1 if gives_up else 2)
+
+
+def test_a_fifo_taking_the_files_place_and_inode_number_after_the_lstat_is_refused_and_leaks_nothing(skill, monkeypatch):
+    # The link-free open trusts only the regular file lstat has just shown; anything else found there is closed,
+    # and the full check decides. Here a FIFO takes the file's place in that gap, and on most file systems its
+    # inode number too (the file's, freed): refused as not regular, and no descriptor left open.
+    target = skill / "scripts" / "ok.js"
+    open_link_free = paths._OPEN_LINK_FREE
+
+    def swap_then_open(path):
+        if not stat.S_ISFIFO(os.lstat(target).st_mode):
+            os.remove(target)
+            os.mkfifo(target)
+        return open_link_free(path)
+
+    monkeypatch.setattr(paths, "_OPEN_LINK_FREE", swap_then_open)
+    before = len(os.listdir("/proc/self/fd"))
+    with fails_after(5), pytest.raises(NotRegularFile):
+        SkillDir(str(skill)).open("scripts/ok.js")
+    assert len(os.listdir("/proc/self/fd")) == before
