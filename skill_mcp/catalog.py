@@ -292,14 +292,17 @@ def _read_candidate(real_dir: str, source: str, problems: list[Problem]) -> Skil
     for finding in findings:
         report("declaration", finding)
     name = os.path.basename(real_dir)
+    claimed = frontmatter_name(frontmatter)
     if not SKILL_NAME_PATTERN.fullmatch(name):
+        # The usual cause is a folder named for display ("My Skill"); its frontmatter name is then the fix.
+        usable = claimed is not None and SKILL_NAME_PATTERN.fullmatch(claimed)
+        rename = f". Rename the directory to its frontmatter name, {quoted(claimed)}, to serve it" if usable else ""
         report(
             "unusable-name",
             f"the directory name {quoted(name)} is not addressable; a skill is served under its directory name "
-            "(letters, digits, '.', '_', '-', at most 64, starting with a letter or digit); skipped",
+            f"(letters, digits, '.', '_', '-', at most 64, starting with a letter or digit); skipped{rename}",
         )
         return None
-    claimed = frontmatter_name(frontmatter)
     if claimed is not None and claimed != name:
         report(
             "name-mismatch",

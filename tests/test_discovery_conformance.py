@@ -82,6 +82,17 @@ def test_the_skill_name_pattern_is_matched_whole_at_its_boundaries(root):
                for name, problem in zip(sorted(unusable), catalog.problems))
 
 
+def test_an_unusable_directory_name_suggests_the_frontmatter_name_when_that_one_is_usable(root):
+    # A folder named for display ("My Skill") is the usual slip; the frontmatter name is then the fix to offer.
+    make_skill(root, "My Skill", "name: my-skill\ndescription: d\n")
+    make_skill(root, "Other Skill", "name: other skill\ndescription: d\n")
+    make_skill(root, "Nameless Skill", "description: d\n")
+    details = {os.path.basename(problem.path): problem.detail for problem in discover([str(root)], 32).problems}
+    assert details["My Skill"].endswith('; skipped. Rename the directory to its frontmatter name, "my-skill", to serve it')
+    assert details["Other Skill"].endswith("; skipped")
+    assert details["Nameless Skill"].endswith("; skipped")
+
+
 def test_a_layout_a_root_is_named_by_its_real_basename_and_held_to_the_pattern(tmp_path):
     # §3.4 step 7: "layout A: the root's real basename"; a hidden one is no exception.
     hidden = make_skill(tmp_path, ".dotted", "description: d\n")
