@@ -103,13 +103,15 @@ def _metadata_finding(frontmatter: Mapping[Any, Any]) -> str | None:
     metadata = frontmatter["metadata"]
     if not isinstance(metadata, dict):
         return f'frontmatter "metadata" is {_kind(metadata)}, not a mapping of strings to strings'
-    for key in metadata:
-        if not isinstance(key, str):
-            return f'frontmatter "metadata" has the key {json_key(key)}, which is {_kind(key)}, not a string'
-    # Every value at once: an author who fixes the one named would otherwise meet the next on each run.
-    wrong = [f'"metadata.{key}" is {_kind(value)}' for key, value in metadata.items() if not isinstance(value, str)]
+    # Every key and value at once: an author who fixes the one named would otherwise meet the next on each run.
+    wrong = [f'"metadata" has the key {json_key(key)}, which is {_kind(key)}' for key in metadata if not isinstance(key, str)]
+    wrong += [
+        f'"metadata.{key}" is {_kind(value)}'
+        for key, value in metadata.items()
+        if isinstance(key, str) and not isinstance(value, str)
+    ]
     if wrong:
-        return f"frontmatter {', '.join(wrong)}; metadata values must be strings"
+        return f"frontmatter {', '.join(wrong)}; metadata keys and values must be strings"
     return None
 
 

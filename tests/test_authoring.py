@@ -85,13 +85,13 @@ def test_an_empty_metadata_mapping_and_a_64_char_name_are_valid(root: Path) -> N
     assert spec_findings(served_skill(root, f"name: {name}\ndescription: d\nmetadata: {{}}\n", name)) == []
 
 
-def test_a_metadata_finding_names_every_value_that_is_not_a_string(root: Path) -> None:
-    # the shape a published skill uses: lists, a number and a nested mapping beside one string
-    frontmatter = BASE + "metadata:\n  site: any\n  patterns: [a]\n  rate: 0.1\n  budget: {calls: 2}\n"
+def test_a_metadata_finding_names_every_key_and_value_that_is_not_a_string(root: Path) -> None:
+    # the shape a published skill uses: lists, a number and a nested mapping beside one string, and a year as a key
+    frontmatter = BASE + "metadata:\n  site: any\n  patterns: [a]\n  2024: new\n  rate: 0.1\n  budget: {calls: 2}\n"
     (finding,) = spec_findings(served_skill(root, frontmatter))
     assert finding.detail == (
-        'frontmatter "metadata.patterns" is a list, "metadata.rate" is a number, "metadata.budget" is a mapping; '
-        "metadata values must be strings"
+        'frontmatter "metadata" has the key 2024, which is a number, "metadata.patterns" is a list, '
+        '"metadata.rate" is a number, "metadata.budget" is a mapping; metadata keys and values must be strings'
     )
 
 
