@@ -1,9 +1,11 @@
 """SPEC §2.5 interpreter lookup (§17 items 17–18), against fake interpreters in a tmp dir."""
 
 import os
+import shutil
 import sys
 
 import pytest
+from support import as_unprivileged, world_readable_dir
 from wire import clean_environ, legacy_handshake, running, tool_payload
 
 from skill_mcp.config import ConfigWarning, load_config
@@ -94,6 +96,19 @@ def test_with_only_shims_on_path_the_interpreter_is_unavailable(tmp_path):
     assert "so the lookup skipped them and python3 is unavailable" in warnings[0].problem
     assert str(first) not in warnings[0].problem and str(second) not in warnings[0].problem
     assert "python3 is unavailable; set MCP_SKILL_PYTHON" in warnings[0].problem
+
+
+def test_an_execute_only_interpreter_is_run_as_one_though_its_first_bytes_cannot_be_read():
+    # Hardened hosts ship interpreters mode 0711: the shim check cannot read them, and that is no reason to skip
+    # them. As uid 10001, since root reads any file.
+    base = world_readable_dir()
+    try:
+        node = executable(base / "bin" / "node", mode=0o711)
+        os.chmod(base / "bin", 0o755)
+        found, warnings = as_unprivileged(lambda: find_interpreters(config(), str(base / "bin"), None))
+    finally:
+        shutil.rmtree(base)
+    assert (found, warnings) == ({"node": node}, [])
 
 
 def test_a_shim_named_by_the_variable_is_the_operators_choice(tree):
