@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .startup import fast_imports
-from .stderr import EXIT_DRAIN_SECONDS, drain_stderr, install_background_stderr, keep_standard_fds_open
+from .stderr import (
+    EXIT_DRAIN_SECONDS,
+    drain_stderr,
+    install_background_stderr,
+    keep_standard_fds_open,
+    point_at_devnull,
+)
 from .version import VERSION
 
 if TYPE_CHECKING:
@@ -127,9 +133,7 @@ def write_stdout(text: str, code: int) -> int:
 
 def _stdout_failed(error: OSError, code: int) -> int:
     # Fd 1 becomes /dev/null, so what stdout still buffers is dropped at exit rather than raised again there.
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.close(null)
+    point_at_devnull(1)
     if isinstance(error, BrokenPipeError):
         return code  # the reader left (`| head`): the rest goes nowhere, as in any pipeline; the code still reports
     from .text import os_error_text

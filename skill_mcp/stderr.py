@@ -85,9 +85,16 @@ class BackgroundStderr:
             self._stream.flush()
         except OSError as error:
             if error.errno in (errno.EPIPE, errno.EBADF):  # for good; a full non-blocking pipe may drain again
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, self._stream.fileno())  # what the stream still buffers goes there too
-                os.close(null)
+                point_at_devnull(self._stream.fileno())  # what the stream still buffers goes there too
+
+
+def point_at_devnull(fd: int) -> None:
+    """From now on `fd` reads and writes /dev/null. When `fd` is closed, the open may take its very number, which
+    then stays open as it is: a dup2 onto itself and a close would free it again."""
+    null = os.open(os.devnull, os.O_RDWR)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
 
 
 def keep_standard_fds_open() -> None:
@@ -97,10 +104,7 @@ def keep_standard_fds_open() -> None:
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, the lower ones being open
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
+            point_at_devnull(fd)
 
 
 def install_background_stderr() -> None:

@@ -764,6 +764,20 @@ def test_once_stderrs_reader_is_gone_its_descriptor_becomes_dev_null() -> None:
         stderr.write("also lost\n")
         stderr.drain(5)
 
+def test_a_stderr_descriptor_closed_under_the_writer_becomes_dev_null_and_stays_open() -> None:
+    # EBADF: the descriptor was closed, so the /dev/null opened in its place takes that very number (the lowest
+    # free one); dup2 onto itself and a close would free it again, for the next file opened to be written as logs.
+    closed = os.open(os.devnull, os.O_WRONLY)
+    stream = open(closed, "w", buffering=1, encoding="utf-8", closefd=False)
+    os.close(closed)
+    try:
+        stderr = BackgroundStderr(stream)
+        stderr.write("lost\n")
+        stderr.drain(5)
+        assert os.stat(os.devnull).st_rdev == os.fstat(closed).st_rdev
+    finally:
+        os.close(closed)
+
 
 def test_a_stderr_nobody_reads_holds_up_no_write_and_lines_past_the_backlog_are_dropped() -> None:
     read_end, write_end = os.pipe()
