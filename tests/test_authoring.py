@@ -28,7 +28,9 @@ SPEC_RULES = {
     "name-number": ("name: 12\ndescription: d\n", '"name" is a number, not a string'),
     "name-uppercase": ("name: Skill\ndescription: d\n", 'name "Skill" is not 1-64 lowercase'),
     "name-underscore": ("name: my_skill\ndescription: d\n", 'name "my_skill" is not'),
-    "name-leading-hyphen": ("name: -skill\ndescription: d\n", 'name "-skill" is not'),
+    # A hyphen is allowed, so the detail says where it is not.
+    "name-leading-hyphen": ("name: -skill\ndescription: d\n", 'name "-skill" is not 1-64 lowercase letters, digits '
+                            'and single hyphens (no leading, trailing or doubled "-")'),
     "name-trailing-hyphen": ("name: skill-\ndescription: d\n", 'name "skill-" is not'),
     "name-doubled-hyphen": ("name: my--skill\ndescription: d\n", 'name "my--skill" is not'),
     "name-empty": ("name: ''\ndescription: d\n", 'name "" is not 1-64 lowercase'),

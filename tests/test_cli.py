@@ -228,6 +228,17 @@ def test_check_given_a_skill_md_says_to_give_its_directory(root: Path, elsewhere
     assert stderr == f"skill-mcp: note: {skill_md} is a skill's SKILL.md: give its directory, {root / 'alpha'}\n"
 
 
+def test_check_given_another_file_or_a_missing_skill_md_adds_no_note(root: Path, elsewhere: Path) -> None:
+    # The hint is for a SKILL.md that is there: a README given by mistake, or a path that does not exist, is the
+    # problem alone.
+    readme = make_skill(root, "alpha", files={"README.md": ""}) / "README.md"
+    missing = root / "beta" / "SKILL.md"
+    for given, detail in ((readme, "not a directory"), (missing, "No such file or directory")):
+        code, stdout, stderr = run_cli(["check", str(given)], elsewhere)
+        assert code == 1 and f"root-unreadable  {given}: {detail}" in stdout
+        assert stderr == ""
+
+
 def test_check_notes_what_clients_will_not_see_of_a_skill(root: Path, elsewhere: Path) -> None:
     skill = make_skill(root, "big", body="x" * MAX_SKILL_MD_BYTES)
     for index in range(9):
