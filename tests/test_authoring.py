@@ -200,6 +200,17 @@ def test_a_description_keeps_30_characters_beside_runnable_scripts_and_is_cut_pa
     assert row == f"alpha  3      {', '.join(scripts[:3])}, +2 more  {'d' * 30}"
 
 
+def test_runnable_scripts_give_way_only_past_their_room_and_fill_it_to_the_last_character() -> None:
+    # Beside a 30-character description, RUNNABLE has 74 characters: 76 are shortened, and 74 with a count are not.
+    over = ["scripts/step-1.py", "scripts/step-2.py", "scripts/step-10.py", "scripts/step-11.py"]  # 76 characters
+    _, row = table_lines({"skills": [listed("alpha", over, "d" * 30)], "problems": []})[:2]
+    assert row == f"alpha  3      {', '.join(over[:3])}, +1 more  {'d' * 30}"
+    exact = ["scripts/fetch-six.py", "scripts/fetch-ten.py", "scripts/fetch-four.py", "scripts/then-a-long-one.py"]
+    _, row = table_lines({"skills": [listed("alpha", exact, "d" * 30)], "problems": []})[:2]
+    assert row == f"alpha  3      {', '.join(exact[:3])}, +1 more  {'d' * 30}"
+    assert len(row) == 120
+
+
 def test_many_runnable_scripts_leave_every_row_within_120_characters_and_every_description_whole() -> None:
     many = [f"scripts/script_number_{index}.py" for index in range(1, 7)]  # 178 characters in all
     long_one = "scripts/" + "x" * 90 + ".py"  # no room even for itself: only the count

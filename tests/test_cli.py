@@ -790,6 +790,20 @@ def test_a_stderr_descriptor_closed_under_the_writer_becomes_dev_null_and_stays_
         os.close(closed)
 
 
+def test_a_stderr_descriptor_not_open_for_writing_becomes_dev_null(tmp_path: Path) -> None:
+    # `2<file`: each write fails with EBADF, for good, as after EPIPE.
+    (tmp_path / "read-only").write_text("")
+    read_only = os.open(tmp_path / "read-only", os.O_RDONLY)
+    try:
+        with open(read_only, "w", encoding="utf-8", closefd=False) as stream:
+            stderr = BackgroundStderr(stream)
+            stderr.write("lost\n")
+            stderr.drain(5)
+            assert os.stat(os.devnull).st_rdev == os.fstat(read_only).st_rdev
+    finally:
+        os.close(read_only)
+
+
 def test_a_stderr_nobody_reads_holds_up_no_write_and_lines_past_the_backlog_are_dropped() -> None:
     read_end, write_end = os.pipe()
     stream = open(write_end, "w", buffering=1, encoding="utf-8", closefd=False)
@@ -817,6 +831,26 @@ def test_a_stderr_nobody_reads_holds_up_no_write_and_lines_past_the_backlog_are_
         with contextlib.suppress(OSError):
             stream.close()
         os.close(write_end)
+
+
+def test_draining_a_stderr_nothing_was_written_to_returns_at_once() -> None:
+    # Every CLI command drains stderr before its report and at exit: no writer thread, nothing to wait for.
+    stderr = BackgroundStderr(_Pipe())
+    with fails_after(1):
+        stderr.drain(5)
+
+
+def test_the_last_lines_written_before_the_interpreter_exits_are_all_written() -> None:
+    # The writer is a daemon thread, which the exit would stop mid-backlog: the exit waits for it (a crash's line).
+    program = (
+        "import sys\n"
+        "from skill_mcp.stderr import install_background_stderr\n"
+        "install_background_stderr()\n"
+        "for index in range(2000):\n"
+        "    print(index, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0 and done.stderr.splitlines() == [str(index) for index in range(2000)]
 
 
 def test_a_first_line_written_as_the_interpreter_exits_is_written_and_the_exit_not_held() -> None:

@@ -142,7 +142,8 @@ def test_an_alias_of_a_scanned_skills_directory_draws_no_hint_to_add_it_as_a_roo
 LINKING_BODY = """See [the guide](references/guide.md), [a typo](references/gude.md) and ![the logo](assets/logo.png "Logo").
 Also [the folder](references/), [usage](#usage), [part](references/guide.md#part), [web](https://example.com/a.md),
 [mail](mailto:a@example.com), [an absolute path](/etc/passwd), [a sibling](../other/SKILL.md),
-[spaced](<my notes.md>), [escaped](my%20notes.md), [dotted](./references/guide.md), [linked](latest.md) and [ref][r].
+[spaced](<my notes.md>), [escaped](my%20notes.md), [dotted](./references/guide.md), [linked](latest.md), [ref][r]
+and [the skill itself](./).
 
 ```markdown
 [in a fence](fenced/nowhere.md)

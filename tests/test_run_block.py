@@ -119,6 +119,7 @@ def test_where_no_hardening_is_supported_nothing_warns() -> None:
     assert not [event for event in events if event["log_level"] == "warning"]
     (boot,) = [event for event in events if event["event"] == "boot"]
     assert (boot["environScrub"], boot["nonDumpable"]) == ("unsupported", False)
+    assert deployment.hardening.environ_scrubbed is False  # §9.7: true only for a scrub that was done
 
 
 @pytest.mark.parametrize(("setting", "logged"), [({}, "on"), ({"MCP_CONFIRM_ELICITATION": "off"}, "off")])

@@ -191,10 +191,12 @@ def answers_of(stdout: bytes) -> dict[int, dict]:
     return {message["id"]: message for message in messages}
 
 
-def test_with_stderr_closed_logs_go_nowhere_and_stdout_stays_protocol(tree):
-    # Python starts with no sys.stderr when fd 2 is closed; print() and structlog would then write to stdout.
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_with_stderr_closed_logs_go_nowhere_and_stdout_stays_protocol(tree, fmt):
+    # Python starts with no sys.stderr when fd 2 is closed; print() and structlog would then write to stdout. The
+    # console format asks stderr whether it is a terminal.
     served = subprocess.run(
-        MODULE, input=HANDSHAKE_LINES, stdout=subprocess.PIPE, env=clean_environ(SKILLS_DIR=str(tree)),
+        MODULE, input=HANDSHAKE_LINES, stdout=subprocess.PIPE, env=clean_environ(SKILLS_DIR=str(tree), MCP_LOG_FORMAT=fmt),
         preexec_fn=lambda: os.close(2), timeout=30,
     )  # fmt: skip
     assert served.returncode == 0
