@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -448,7 +449,8 @@ def test_a_script_limit_above_the_servers_hard_limit_warns_at_boot_that_no_scrip
     command = ["prlimit", f"{option}={hard}:{hard}", "setpriv", f"--reuid={UNPRIVILEGED_UID}",
                f"--regid={UNPRIVILEGED_UID}", "--clear-groups", sys.executable, "-m", "skill_mcp"]  # fmt: skip
     seen = {}
-    for value in ("100000", "400"):
+    at_the_limit = shown.split()[0]
+    for value in ("100000", at_the_limit, "400"):
         with running(command, clean_environ(**{name: value}), cwd="/") as client:
             legacy_handshake(client)
             client.close_stdin()
@@ -460,5 +462,10 @@ def test_a_script_limit_above_the_servers_hard_limit_warns_at_boot_that_no_scrip
             f"is above the hard limit the server was started with ({shown}), which a script may not raise, so every "
             "script would fail to start; set it to at most that, or start the server with a higher hard limit"
         ],
+        at_the_limit: [],
         "400": [],
     }
+    # `list` under the same limit judges no server's: the server's own start may set another.
+    listed = subprocess.run([*command, "list"], env=clean_environ(**{name: "100000"}), cwd="/", capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert listed.returncode == 0 and name not in listed.stderr
