@@ -1,6 +1,7 @@
 """SPEC §2 configuration: unset rule, roots, hosted markers, parsing fallbacks (§17 items 1–16)."""
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -469,3 +470,16 @@ def test_a_script_limit_above_the_servers_hard_limit_warns_at_boot_that_no_scrip
     listed = subprocess.run([*command, "list"], env=clean_environ(**{name: "100000"}), cwd="/", capture_output=True,
                             text=True, timeout=60)  # fmt: skip
     assert listed.returncode == 0 and name not in listed.stderr
+
+
+@needs_root
+def test_a_script_limit_under_an_unlimited_hard_limit_draws_no_warning():
+    if resource.getrlimit(resource.RLIMIT_AS)[1] != resource.RLIM_INFINITY:
+        pytest.skip("needs an unlimited hard RLIMIT_AS")
+    command = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups",
+               sys.executable, "-m", "skill_mcp"]  # fmt: skip
+    with running(command, clean_environ(MCP_SKILL_RLIMIT_AS_MB="100000"), cwd="/") as client:
+        legacy_handshake(client)
+        client.close_stdin()
+        assert client.wait() == 0
+    assert [event for event in client.log_events() if event["event"] == "config.warning"] == []
