@@ -7,7 +7,8 @@ import mcp_types as types
 import pytest
 from pydantic import ValidationError
 
-from skill_mcp.unreadable import Unreadable, lost_request_id, unreadable_message
+from skill_mcp.limits import MAX_MESSAGE_CHARS
+from skill_mcp.unreadable import LINE_CUT, Unreadable, lost_request_id, unreadable_message
 
 
 def refused(line: str) -> Unreadable:
@@ -26,6 +27,7 @@ def refused(line: str) -> Unreadable:
         ('{"jsonrpc":{"method":"m","id":96},"id":4,"method":"ping"}', 4, None, types.INVALID_REQUEST),
         ('{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":"\\ud800"}}', 5, None, types.PARSE_ERROR),
         ('{"jsonrpc":"2.0","id":6,"result":null}', None, 6, types.INVALID_REQUEST),
+        ('{"jsonrpc":"2.0","id":3}', None, None, types.INVALID_REQUEST),  # neither: it fails no question of the server's
         ('{"jsonrpc":"2.0","id":true,"method":"ping","params":[]}', None, None, types.INVALID_PARAMS),
         ('{"jsonrpc":"2.0","id":"\\udc80","method":"ping","params":[]}', None, None, types.PARSE_ERROR),
         ('{"jsonrpc":"2.0","method":"notifications/initialized","params":[1]}', None, None, types.INVALID_PARAMS),
@@ -67,6 +69,14 @@ def test_a_deep_message_is_read_for_its_id_from_string_to_string_within_a_bounde
     assert refused(head + '["]", {"}": 1}]' + tail).request_ids == (7,)  # brackets inside strings are no nesting
     # Past the budget of strings, what was not read yet is not read: this id comes after 200,000 strings.
     assert refused(head + "[" * 5000 + '"a",' * 200_000 + "0" + "]" * 5000 + tail).request_ids == ()
+
+
+def test_a_line_cut_inside_a_string_is_refused_by_the_id_read_before_the_cut():
+    # The transport keeps the start of a line past MAX_MESSAGE_CHARS: the members read before the cut still count.
+    cut = '{"jsonrpc":"2.0","id":9,"method":"ping","params":{"text":"' + "a" * 1000 + LINE_CUT
+    unreadable = refused(cut)
+    assert (unreadable.request_ids, unreadable.answers_to, unreadable.error.code) == ((9,), (), types.PARSE_ERROR)
+    assert unreadable.error.message.startswith(f"the line is longer than {MAX_MESSAGE_CHARS} characters")
 
 
 def test_each_request_in_a_batch_is_refused_by_its_own_id():
