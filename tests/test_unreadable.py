@@ -34,6 +34,7 @@ def refused(line: str) -> Unreadable:
         ('{"jsonrpc":"2.0","id":7,"method":"ping","params":' + "[" * 5000 + "]" * 5000 + "}", 7, None, types.PARSE_ERROR),
         ('{"jsonrpc":"2.0","params":{"a":' + "[" * 5000 + "]" * 5000 + '},"id":"late","method":"m"}', "late", None, types.PARSE_ERROR),
         ('{"jsonrpc":"2.0","id":' + "[" * 5000 + "]" * 5000 + ',"method":"m"}', None, None, types.PARSE_ERROR),
+        ('{"jsonrpc":"2.0","id":8,"method":"m","params":{"id":99,"a":' + "[" * 5000 + "]" * 5000 + "}}", 8, None, types.PARSE_ERROR),
         ("garbage", None, None, types.PARSE_ERROR),
         ("[1, 2]", None, None, types.INVALID_REQUEST),
         ("[]", None, None, types.INVALID_REQUEST),
@@ -56,6 +57,9 @@ def test_the_reason_names_what_is_wrong():
         "which is no character"
     )
     assert refused('{"jsonrpc":"2.0","id":6,"result":null}').error.message == "the message is not a valid response"
+    # nested past the SDK's parser's limit, not Python's: the parser's own reason
+    nested = refused('{"jsonrpc":"2.0","id":1,"method":"ping","params":' + "[" * 300 + "]" * 300 + "}").error.message
+    assert nested.startswith("the message is not strict JSON: ") and "recursion limit exceeded" in nested
     deep = '{"jsonrpc":"2.0","id":7,"method":"ping","params":' + "[" * 5000 + "]" * 5000 + "}"
     assert refused(deep).error.message == "the message nests deeper than the server reads"
 
@@ -77,6 +81,7 @@ def test_a_line_cut_inside_a_string_is_refused_by_the_id_read_before_the_cut():
     unreadable = refused(cut)
     assert (unreadable.request_ids, unreadable.answers_to, unreadable.error.code) == ((9,), (), types.PARSE_ERROR)
     assert unreadable.error.message.startswith(f"the line is longer than {MAX_MESSAGE_CHARS} characters")
+    assert refused("x" + cut).request_ids == ()  # no JSON object: no member of one
 
 
 def test_each_request_in_a_batch_is_refused_by_its_own_id():
@@ -84,11 +89,12 @@ def test_each_request_in_a_batch_is_refused_by_its_own_id():
         '[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/initialized"},'
         '{"jsonrpc":"2.0","id":"b","method":"ping"},{"jsonrpc":"2.0","id":2,"result":{}},'
         '{"jsonrpc":"2.0","id":2.5,"method":"ping"},"text",{"jsonrpc":"2.0","id":"\\udc80","method":"ping"},'
-        '{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"q","error":{"code":1,"message":"m"}}]'
+        '{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"q","error":{"code":1,"message":"m"}},'
+        '{"jsonrpc":"2.0","id":5}]'
     )
     unreadable = refused(batch)
     # The requests are answered, once per id, and the answers to the server's requests fail them; the
-    # notification and what is no message are left alone.
+    # notification and what is no message (nor an answer) are left alone.
     assert (unreadable.request_ids, unreadable.answers_to) == ((1, "b"), (2, "q"))
     assert unreadable.error.code == types.INVALID_REQUEST
     assert "batch" in unreadable.error.message and "its own line" in unreadable.error.message
