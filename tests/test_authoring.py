@@ -201,8 +201,8 @@ def test_a_description_keeps_30_characters_beside_runnable_scripts_and_is_cut_pa
 
 
 def test_runnable_scripts_give_way_only_past_their_room_and_fill_it_to_the_last_character() -> None:
-    # Beside a 30-character description, RUNNABLE has 74 characters: 76 are shortened, and 74 with a count are not.
-    over = ["scripts/step-1.py", "scripts/step-2.py", "scripts/step-10.py", "scripts/step-11.py"]  # 76 characters
+    # Beside a 30-character description, RUNNABLE has 74 characters: 75 are shortened, and 74 with a count are not.
+    over = ["scripts/step-1.py", "scripts/step-2.py", "scripts/step-3.py", "scripts/step-10.py"]  # 75 characters
     _, row = table_lines({"skills": [listed("alpha", over, "d" * 30)], "problems": []})[:2]
     assert row == f"alpha  3      {', '.join(over[:3])}, +1 more  {'d' * 30}"
     exact = ["scripts/fetch-six.py", "scripts/fetch-ten.py", "scripts/fetch-four.py", "scripts/then-a-long-one.py"]
