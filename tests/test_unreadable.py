@@ -36,6 +36,7 @@ def refused(line: str) -> Unreadable:
         ('{"jsonrpc":"2.0","id":' + "[" * 5000 + "]" * 5000 + ',"method":"m"}', None, None, types.PARSE_ERROR),
         ('{"jsonrpc":"2.0","id":8,"method":"m","params":{"id":99,"a":' + "[" * 5000 + "]" * 5000 + "}}", 8, None, types.PARSE_ERROR),
         ("garbage", None, None, types.PARSE_ERROR),
+        ('"a string"', None, None, types.INVALID_REQUEST),  # JSON, but no JSON-RPC message
         ("[1, 2]", None, None, types.INVALID_REQUEST),
         ("[]", None, None, types.INVALID_REQUEST),
     ],
