@@ -309,11 +309,14 @@ def test_block_env_not_a_list():
 
 
 def test_egress():
-    raw = block("  egress: [api.example.com, '*.cdn.example', api.example.com, 'bad host', 80, 'http://x', xn--d1a.example]\n")
+    raw = block(
+        "  egress: [api.example.com, '*.cdn.example', api.example.com, 'bad host', 80, 'http://x', xn--d1a.example,"
+        " 'api.example.com:443']\n"
+    )
     egress_finding = '"mcp-host.egress" item {} is not a host name (letters, digits, ".", "*", "-"); ignored'
     assert declare(raw) == (
         Declaration(egress=("api.example.com", "*.cdn.example", "xn--d1a.example")),
-        [egress_finding.format(3), egress_finding.format(4), egress_finding.format(5)],
+        [egress_finding.format(3), egress_finding.format(4), egress_finding.format(5), egress_finding.format(7)],
     )
 
 
