@@ -450,6 +450,23 @@ def test_a_crash_of_the_main_thread_is_one_json_line_without_its_text():
     assert "SNTL" not in crashed.stderr
 
 
+DEEP_CRASH = """
+from skill_mcp.logs import configure_logging
+configure_logging()
+def dive(depth):
+    if depth == 0:
+        raise ValueError("bottom")
+    dive(depth - 1)
+dive(20)
+"""
+
+
+def test_a_deep_crash_names_the_innermost_frames_where_it_happened():
+    crashed = subprocess.run([sys.executable, "-c", DEEP_CRASH], capture_output=True, text=True, timeout=60)
+    (line,) = crashed.stderr.splitlines()
+    assert json.loads(line)["where"] == ["<string>:7 dive"] * 11 + ["<string>:6 dive"]
+
+
 def test_a_huge_request_id_is_logged_cut(tree):
     # A client's id is echoed whole in its answer, but each log line is queued for stderr (4096 lines, when the
     # client does not read it): a 4 MB id per line would queue gigabytes. The log shows its start.
