@@ -754,6 +754,19 @@ def test_the_ready_line_says_whether_any_script_may_run(tree, environ, may_run):
     assert ready.endswith(f" problem(s) {may_run}; waiting for an MCP client on stdin")
 
 
+@pytest.mark.parametrize(
+    ("count", "named"), [(0, ""), (8, " (s0, s1, s2, s3, s4, s5, s6, s7)"), (9, " (s0, s1, s2, s3, s4, s5, s6, s7, …)")]
+)
+def test_the_ready_line_names_the_first_eight_skills_and_says_when_there_are_more(tmp_path, count, named):
+    for index in range(count):
+        write_skill(tmp_path, f"s{index}")
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tmp_path))) as client:
+        client.close_stdin()
+        assert client.wait() == 0
+    (ready,) = [event["message"] for event in client.log_events() if event["event"] == "ready"]
+    assert f" serves {count} skill(s){named} with 0 problem(s) " in ready
+
+
 @pytest.mark.parametrize("as_root", [True, False], ids=["root", "uid-10001"])
 def test_serving_as_root_warns_that_scripts_run_as_root(as_root):
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
