@@ -422,6 +422,9 @@ def test_pythons_own_reports_are_json_lines_without_their_text(logged_to, capsys
     thread = threading.Thread(target=lambda: int(S("thread")), name="worker")
     thread.start()
     thread.join()
+    exiting = threading.Thread(target=sys.exit, name="exits")  # a thread's way to end, no error
+    exiting.start()
+    exiting.join()
     lines = logged_to.getvalue().splitlines()
     assert [json.loads(line)["event"] for line in lines] == ["python.warning", "python.unraisable", "thread.error"]
     warned, unraisable, crashed = map(json.loads, lines)

@@ -8,7 +8,7 @@ import structlog.testing
 from support import ERAS, connect, deployment_for, error_text, payload, write_skill
 
 from skill_mcp.hardening import ScrubResult
-from skill_mcp.logs import get_logger, log_boot
+from skill_mcp.logs import get_logger, log_boot, log_ready
 
 FAILED = ScrubResult("failed", reason="/proc/self/stat carries no usable env_start/env_end (nothing written)")
 GRANT = '[{"skill": "skill-mcp-demo", "script": "scripts/report.py"}]'
@@ -108,6 +108,14 @@ async def test_the_block_is_reported_before_the_script_is_judged(era, script) ->
     async with connect(deployment, era) as client:
         refused = error_text(await client.call_tool("skill_run", {"name": "skill-mcp-demo", "script": script}))
     assert refused.startswith("no script may run on this server: the exec-time environment block could not be wiped")
+
+
+def test_the_ready_line_says_no_script_may_run_while_runs_are_blocked() -> None:
+    deployment = deployment_for(HOSTED, scrub=FAILED)
+    with structlog.testing.capture_logs() as events:
+        log_ready(get_logger(), deployment)
+    (ready,) = [event["message"] for event in events if event["event"] == "ready"]
+    assert "and no script may run (the environ scrub failed; skill_list says why);" in ready
 
 
 def test_where_no_hardening_is_supported_nothing_warns() -> None:
