@@ -96,6 +96,10 @@ def test_a_block_the_read_cut_before_its_closer_is_over_the_cap():
     assert error_of(cut, truncated=True) == "the SKILL.md frontmatter block is more than 65537 bytes, over the 65536-byte cap"
     # A cut within the cap tells nothing of the block's size: it is unclosed as far as it was read.
     assert "never closed" in error_of("---\na: x", truncated=True)
+    # Read whole, the file is known to hold no closer: that is the fault, whatever the block's size.
+    assert "never closed" in error_of(cut)
+    # A cut at exactly 65536 bytes of YAML could still have had its closer right after the cut.
+    assert "never closed" in error_of("---\na: " + "x" * 65532 + "\n", truncated=True)
 
 
 def test_block_of_exactly_65536_bytes_is_read():
@@ -121,6 +125,11 @@ def test_yaml_errors_are_positioned_in_skill_md():
         "SKILL.md frontmatter is not valid YAML: mapping values are not allowed here (line 3, column 22); "
         'quote a value that contains ": ", and indent a key only under a key'
     )
+    # an error the scanner marks only by where it was reading: that mark is the position
+    assert error_of("---\nname: a\ndescription: |\n  \n    text\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: more indented follow up line than first in a block scalar "
+        "(line 5, column 5)"
+    )
 
 
 CLOSED_EARLY = (
@@ -140,6 +149,8 @@ CLOSED_EARLY = (
          'token (line 3, column 14); quote a value that begins with "`"'),
         ("description: @bot replies", "while scanning for the next token, found character '@' that cannot start any "
          'token (line 3, column 14); quote a value that begins with "@"'),
+        ("description: %d items left", "while scanning for the next token, found character '%' that cannot start any "
+         'token (line 3, column 14); quote a value that begins with "%"'),
         # a template's placeholder, read as a mapping keyed by a mapping
         ("description: {{ skill_description }}", "while constructing a mapping, found unhashable key (line 3, column 15); "
          'a value that begins with "{" is read as a mapping: quote it if it is text'),
@@ -154,6 +165,13 @@ CLOSED_EARLY = (
 )
 def test_the_slips_published_skills_make_say_how_to_fix_them(line, expected):
     assert error_of(f"---\nname: a\n{line}\n---\n") == f"SKILL.md frontmatter is not valid YAML: {expected}"
+
+
+def test_a_value_closed_early_on_the_first_yaml_line_draws_the_quoting_tip():
+    assert error_of("---\ndescription: 'the user's files'\nname: a\n---\n") == (
+        "SKILL.md frontmatter is not valid YAML: while parsing a block mapping, expected <block end>, but found "
+        f"'<scalar>' (line 2, column 24){CLOSED_EARLY}"
+    )
 
 
 def test_left_over_text_after_a_dedent_draws_no_quoting_tip():
@@ -254,7 +272,7 @@ def test_yaml_1_2_core_resolution():
 @pytest.mark.parametrize(
     ("text", "value"),
     [("0b101", "0b101"), ("1_000", "1_000"), ("1_0.5", "1_0.5"), ("-0x1F", "-0x1F"), ("0o8", "0o8"), ("0x1F", 31),
-     ("+12", 12), ("-3", -3), (".5", 0.5), ("1.", 1.0), ("1e3", 1000.0), ("-.Inf", float("-inf"))],
+     ("+12", 12), ("-3", -3), (".5", 0.5), ("1.", 1.0), ("1e3", 1000.0), ("-1.5E-3", -0.0015), ("-.Inf", float("-inf"))],
 )  # fmt: skip
 def test_numbers_follow_the_core_schema(text, value):
     # ruamel's own 1.2 rules also read binary and "_"-separated numbers, which the core schema leaves as strings.
