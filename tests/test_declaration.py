@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skill_mcp.declaration import read_declaration
+from skill_mcp.declaration import MAX_FINDINGS_SHOWN, read_declaration
 from skill_mcp.frontmatter import parse_skill_md
 from skill_mcp.model import Declaration, EnvField, RunEntry
 
@@ -61,6 +61,11 @@ def test_unknown_keys_come_before_block_findings():
         'unknown frontmatter key "extra" (ignored)',
         '"mcp-host" is not a mapping; the block is ignored',
     ]
+
+
+def test_exactly_as_many_findings_as_are_shown_one_by_one_draw_no_count():
+    keys = "".join(f"k{i}: 1\n" for i in range(MAX_FINDINGS_SHOWN))
+    assert declare(keys)[1] == [f'unknown frontmatter key "k{i}" (ignored)' for i in range(MAX_FINDINGS_SHOWN)]
 
 
 # §4.4 the block
