@@ -824,6 +824,14 @@ def test_the_walk_counts_the_links_and_special_files_it_skips_but_not_a_linked_s
     assert skill.skipped == PathTally(("pipe", *(f"docs/link{index}" for index in range(7))), 11)
 
 
+def test_a_link_to_a_directory_in_the_skill_is_skipped_not_walked(root):
+    skill_dir = make_skill(root, "aliased", files={"docs/a.md": "a"})
+    (skill_dir / "alias").symlink_to("docs")
+    skill = served(discover([str(root)], 32), "aliased")
+    assert (skill.skipped, skill.unlisted_dirs) == (PathTally(("alias",), 1), PathTally())
+    assert [entry.path for entry in skill.manifest] == ["SKILL.md", "docs/a.md"]
+
+
 def test_a_declared_script_under_a_linked_directory_is_explained_too(root):
     skill_dir = make_skill(root, "runner", RUNS_MISSING_SCRIPT, files={"shared/present.py": "print(1)\n"})
     (skill_dir / "scripts").symlink_to("shared")
@@ -1062,8 +1070,9 @@ def test_the_2001st_directory_stops_the_walk(root, count, listed):
     assert [entry.path for entry in skill.manifest] == listed
     assert skill.file_limit_hit == (count > 2000)
     if count > 2000:
-        problem = only_problem(catalog, "file-limit")
-        assert "director" in problem.detail and "2000" in problem.detail
+        assert only_problem(catalog, "file-limit").detail == (
+            "this skill has more than 2000 directories; the manifest lists the 1 files found; the rest is not walked"
+        )
     else:
         assert catalog.problems == ()
 
