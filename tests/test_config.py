@@ -265,8 +265,8 @@ def test_an_unset_data_dir_is_none(value):
 
 
 def test_unset_rule_examples():
-    env = {"A": "${A}", "B": "null", "C": "   ", "D": "undefined", "E": " Null ", "F": " x ", "G": "${a}b"}
-    assert [read_var(env, name) for name in "ABCDEFGH"] == [None, None, None, None, "Null", "x", "${a}b", None]
+    env = {"A": "${A}", "B": "null", "C": "   ", "D": "undefined", "E": " Null ", "F": " x ", "G": "${a}b", "I": "$a}"}
+    assert [read_var(env, name) for name in "ABCDEFGHI"] == [None, None, None, None, "Null", "x", "${a}b", None, "$a}"]
 
 
 @given(st.text(alphabet=st.characters(categories=["Zs", "Cc"]).filter(str.isspace)))
