@@ -224,6 +224,13 @@ def test_directory_without_skill_md_is_reported_and_siblings_served(root):
     assert "case-sensitive" not in problem.detail
 
 
+def test_a_hidden_skill_one_level_too_deep_draws_no_hint_to_add_its_parent_as_a_root(root):
+    # That root's scan would skip the hidden directory too, so the hint would not serve it.
+    make_skill(root / "group", ".hidden")
+    problem = only_problem(discover([str(root)], 32), "no-skill-md")
+    assert problem.detail == "this directory has no SKILL.md, so it is not a skill"
+
+
 @pytest.mark.parametrize("spelling", ["skill.md", "Skill.md", "SKILL.MD", "skill.MD", "SKILL.Md"])
 def test_a_skill_md_spelt_in_other_case_is_named_in_the_problem(root, spelling):
     (root / "notes").mkdir()
@@ -771,6 +778,22 @@ def test_the_walk_counts_the_directories_this_uid_cannot_list_the_skill_director
         shutil.rmtree(root)
     assert served(catalog, "partly").unlisted_dirs == PathTally(tuple(f"locked{index}" for index in range(8)), 9)
     assert (served(catalog, "sealed").manifest, served(catalog, "sealed").unlisted_dirs) == ((), PathTally((".",), 1))
+
+
+@needs_root
+def test_a_declared_script_the_servers_user_cannot_reach_is_said_never_to_run():
+    root = world_readable_dir()
+    frontmatter = "name: gated\nmcp-host:\n  version: 1\n  run:\n    - {script: locked/run.py, interpreter: python3}\n"
+    skill_dir = make_skill(root, "gated", frontmatter=frontmatter, files={"locked/run.py": ""})
+    (skill_dir / "locked").chmod(0o700)  # root's: the server's user can neither list it nor reach the script
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert only_problem(catalog, "declared-script-missing").detail == (
+        'the skill declares "locked/run.py", which is not a file in this skill that the server\'s user can reach '
+        "(Permission denied), so it never runs"
+    )
 
 
 def test_an_unexpected_failure_costs_one_skill_and_its_detail_quotes_nothing_read(root, monkeypatch):
