@@ -796,6 +796,22 @@ def test_a_declared_script_the_servers_user_cannot_reach_is_said_never_to_run():
     )
 
 
+@needs_root
+def test_a_declared_script_in_a_directory_the_servers_user_cannot_list_is_said_to_run_still():
+    root = world_readable_dir()
+    frontmatter = "name: gated\nmcp-host:\n  version: 1\n  run:\n    - {script: hidden/run.py, interpreter: python3}\n"
+    skill_dir = make_skill(root, "gated", frontmatter=frontmatter, files={"hidden/run.py": ""})
+    (skill_dir / "hidden").chmod(0o711)  # root's: searchable, so the script is reached, but not listed
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert only_problem(catalog, "declared-script-missing").detail == (
+        'the skill declares "hidden/run.py", which is not a file in this skill; the file is there, but the server\'s '
+        "user may not list a directory on its path, so the manifest lacks it: a run still finds it"
+    )
+
+
 def test_an_unexpected_failure_costs_one_skill_and_its_detail_quotes_nothing_read(root, monkeypatch):
     # No real input reaches this branch (that is what makes it unexpected), so the fault is injected.
     make_skill(root, "alpha")
