@@ -812,6 +812,24 @@ def test_a_declared_script_in_a_directory_the_servers_user_cannot_list_is_said_t
     )
 
 
+@needs_root
+def test_a_declared_script_missed_by_a_walk_a_cap_stopped_is_not_blamed_on_an_unlisted_directory():
+    # A cap stopped the walk, so the manifest may lack the script for that reason alone: no guess is offered.
+    root = world_readable_dir()
+    frontmatter = "name: gated\nmcp-host:\n  version: 1\n  run:\n    - {script: a/run.py, interpreter: python3}\n"
+    files = {"a/run.py": "", **{f"b/f{index:04d}": "" for index in range(2001)}}
+    skill_dir = make_skill(root, "gated", frontmatter=frontmatter, files=files)
+    (skill_dir / "a").chmod(0o711)  # listed before b, whose 2001st file stops the walk
+    try:
+        catalog = as_unprivileged(lambda: discover([str(root)], 32))
+    finally:
+        shutil.rmtree(root)
+    assert served(catalog, "gated").unlisted_dirs == PathTally(("a",), 1)
+    assert only_problem(catalog, "declared-script-missing").detail == (
+        'the skill declares "a/run.py", which is not a file in this skill'
+    )
+
+
 def test_an_unexpected_failure_costs_one_skill_and_its_detail_quotes_nothing_read(root, monkeypatch):
     # No real input reaches this branch (that is what makes it unexpected), so the fault is injected.
     make_skill(root, "alpha")
