@@ -602,6 +602,13 @@ async def test_resources_list_pages_500_at_a_time_and_reaches_every_file(root, e
         # a cursor can be replayed: it names the same page again
         again = await client.list_resources(cursor=cursors[1], cache_mode="bypass")
         assert [resource.uri for resource in again.resources] == pages[2]
+        # only the cursor as issued names a page: "0500" has no more digits than the 1202 resources, yet is unknown
+        with pytest.raises(MCPError) as raised:
+            await client.list_resources(cursor="0" + cursors[0], cache_mode="bypass")
+        assert (raised.value.error.code, raised.value.error.message) == (
+            INVALID_PARAMS,
+            'unknown cursor "0500"; start again without a cursor',
+        )
 
 
 async def test_serving_a_cached_resource_page_leaves_the_cache_unchanged(root):
