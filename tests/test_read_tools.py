@@ -611,6 +611,23 @@ def test_a_file_the_server_may_not_read_still_counts_against_the_call_budget():
     assert refused is not None and refused.startswith("the 5 paths total 5242880 bytes to read, over this call's")
 
 
+@needs_root
+def test_a_file_the_server_may_not_read_counts_only_the_mebibyte_a_read_would_serve():
+    # §7.3 step 1: served = min(size, 1 MiB) for a locked file too, so three readable mebibytes and a locked 2 MiB
+    # file are exactly the 4 MiB budget: the call is answered, the locked file failing only its own entry.
+    root = world_readable_dir()
+    files = {**{f"r{index}.bin": b"r" * MIB for index in range(3)}, "big.bin": b"b" * (2 * MIB)}
+    skill = write_skill(root, "locked", files=files)
+    (skill / "big.bin").chmod(0)
+    try:
+        deployment = deployment_for({"SKILLS_DIR": str(root)})
+        read = as_unprivileged(lambda: tools.skill_file(deployment, "locked", ["r0.bin", "r1.bin", "r2.bin", "big.bin"]))
+    finally:
+        shutil.rmtree(root)
+    assert [entry.get("size") for entry in read["files"]] == [MIB, MIB, MIB, None]
+    assert read["files"][3] == {"path": "big.bin", "error": '"big.bin" could not be read: Permission denied'}
+
+
 def test_a_read_error_in_pass_2_fails_only_its_own_entry(root, files_skill, monkeypatch):
     # §7.3 step 3: a file that resolved in pass 1 can still fail to read (EIO on a failing disk); that becomes
     # its entry's error and the other files are still served.
