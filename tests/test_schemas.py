@@ -114,6 +114,8 @@ def test_every_params_the_sdk_refuses_is_explained_in_one_line(method, params):
         ("tools/call", {"name": {"a": 1}, "arguments": 5}, '"arguments" must be an object, not a number'),
         ("completion/complete", {"ref": {"type": "nope"}, "argument": {"name": "a", "value": "b"}},
          '"ref" matches none of the forms this method accepts'),
+        # a member refusing it in words of no known type (finite_number) leaves the forms unnamed, not a KeyError
+        ("ping", {"_meta": {"progressToken": float("inf")}}, '"_meta.progressToken" matches none of the forms this method accepts'),
     ],
 )
 def test_the_field_named_is_one_the_client_sent(method, params, said):
