@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skill_mcp.text import encodable, json_for_people, os_error_text, printable, quoted, quoted_path, quoted_uri
+from skill_mcp.text import encodable, fit, json_for_people, os_error_text, printable, quoted, quoted_path, quoted_uri
 
 REORDERING = ["\x85", "\x9b", "\x7f", "\u061c", "\u200e", "\u200f", "\u202a", "\u202e", "\u2066", "\u2069"]
 HIDING = ["\u200b", "\u200d", "\u2060", "\ufeff", "\u2028", "\u2029",
@@ -17,6 +17,10 @@ HIDING = ["\u200b", "\u200d", "\u2060", "\ufeff", "\u2028", "\u2029",
 def test_quoted_cuts_past_the_limit_only():
     assert quoted("a" * 120) == json.dumps("a" * 120)
     assert quoted("a" * 121) == json.dumps("a" * 120 + "…", ensure_ascii=False)
+
+
+def test_fit_cuts_to_the_room_its_last_character_an_ellipsis_and_gives_nothing_without_room():
+    assert [fit("abcd", room) for room in (5, 4, 3, 1, 0, -2)] == ["abcd", "abcd", "ab…", "…", "", ""]
 
 
 def test_a_path_is_quoted_whole_up_to_four_times_the_longest_usable_one():
