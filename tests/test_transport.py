@@ -15,8 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import anyio
 import mcp_types as types
@@ -234,6 +235,28 @@ def unread(fd: int) -> int:
     import termios
 
     return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4), sys.byteorder)
+
+
+async def test_a_session_leaves_no_descriptor_open_but_duplicates_of_its_own_pipes() -> None:
+    # What stood in for stdin and stdout meanwhile (/dev/null, a duplicate of stderr) is closed after; a private
+    # duplicate of a pipe may stay open, as a thread may still be blocked on it.
+    wire_in, client_out = os.pipe()
+    client_in, wire_out = os.pipe()
+    before = open_files()
+    async with stdio_transport(wire_in, wire_out) as (_, write_stream):
+        await write_stream.aclose()
+        os.close(client_out)
+    left_open = open_files() - before
+    assert set(left_open) <= {os.fstat(wire_in).st_ino, os.fstat(wire_out).st_ino}
+
+
+def open_files() -> Counter[int]:
+    """How many descriptors of this process have each inode open."""
+    inodes: Counter[int] = Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        with suppress(OSError):  # the descriptor that listed them, closed since
+            inodes[os.fstat(int(fd)).st_ino] += 1
+    return inodes
 
 
 async def test_a_stdout_pipe_already_wider_is_left_as_wide() -> None:
