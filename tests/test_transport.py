@@ -214,19 +214,21 @@ async def test_a_stdout_pipe_is_widened_for_a_large_answer_only_and_narrowed_bac
         await write_stream.send(answer(1))
         assert os.read(client_in, narrow).count(b"\n") == 1
         assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) == narrow
-        await write_stream.send(answer(2, "x" * (STDOUT_PIPE_BYTES // 2)))
-        line = len(answer(2, "x" * (STDOUT_PIPE_BYTES // 2)).message.model_dump_json(by_alias=True, exclude_unset=True)) + 1
-        deadline = time.monotonic() + 5
-        while unread(client_in) < line:  # the whole answer in the pipe, written at once: it was widened
-            assert time.monotonic() < deadline, unread(client_in)
-            await anyio.sleep(0.01)
-        assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) == STDOUT_PIPE_BYTES
-        received = b""
-        while len(received) < line:
-            received += os.read(client_in, 1 << 20)
-        while fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) != narrow:
-            assert time.monotonic() < deadline, "never narrowed back"
-            await anyio.sleep(0.01)
+        for request_id in (2, 3):  # and widened again for the next large answer, once narrowed back
+            await write_stream.send(answer(request_id, "x" * (STDOUT_PIPE_BYTES // 2)))
+            large = answer(request_id, "x" * (STDOUT_PIPE_BYTES // 2))
+            line = len(large.message.model_dump_json(by_alias=True, exclude_unset=True)) + 1
+            deadline = time.monotonic() + 5
+            while unread(client_in) < line:  # the whole answer in the pipe, written at once: it was widened
+                assert time.monotonic() < deadline, unread(client_in)
+                await anyio.sleep(0.01)
+            assert fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) == STDOUT_PIPE_BYTES
+            received = b""
+            while len(received) < line:
+                received += os.read(client_in, 1 << 20)
+            while fcntl.fcntl(client_in, fcntl.F_GETPIPE_SZ) != narrow:
+                assert time.monotonic() < deadline, "never narrowed back"
+                await anyio.sleep(0.01)
         await write_stream.aclose()
         os.close(client_out)
 
