@@ -296,16 +296,19 @@ def test_requests_the_sdk_cannot_read_are_answered_with_the_reason_and_logged(tr
 
 def test_every_request_of_a_large_batch_is_answered_and_its_log_line_stays_short(tree):
     batch = [{"jsonrpc": "2.0", "id": f"b{n}", "method": "ping"} for n in range(40)]
+    sixteen = [{"jsonrpc": "2.0", "id": f"s{n}", "method": "ping"} for n in range(16)]  # all logged, none left out
     with running(MODULE, clean_environ(SKILLS_DIR=str(tree))) as client:
         legacy_handshake(client)
         client.send_line(json.dumps(batch).encode())
+        client.send_line(json.dumps(sixteen).encode())
         assert client.request("ping")["result"] == {}
         client.close_stdin()
         assert client.wait() == 0
     answered = [answer["id"] for answer in map(json.loads, client.stdout_lines) if "error" in answer]
-    (logged,) = [event for event in client.log_events() if event["event"] == "message.unreadable"]
-    assert sorted(answered) == sorted(f"b{n}" for n in range(40))
+    logged, logged_whole = [event for event in client.log_events() if event["event"] == "message.unreadable"]
+    assert sorted(answered) == sorted([f"b{n}" for n in range(40)] + [f"s{n}" for n in range(16)])
     assert (logged["requestIds"], logged["requestIdsNotLogged"]) == ([f"b{n}" for n in range(16)], 24)
+    assert logged_whole["requestIds"] == [f"s{n}" for n in range(16)] and "requestIdsNotLogged" not in logged_whole
 
 
 @pytest.mark.parametrize("answer", [None, [], "yes", "accepted, in a batch"])
