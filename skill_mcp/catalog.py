@@ -361,12 +361,17 @@ def _passes_through_a_link(real_dir: str, rel: str) -> bool:
 
 
 def _link_leads_out(real_dir: str, rel: str) -> str | None:
-    """Why `rel`, through a link, can never be run: it resolves outside the skill, or not at all; None otherwise."""
+    """Why `rel`, through a link, can never be run: it resolves outside the skill, to no regular file, or not at
+    all; None otherwise."""
     try:
         target = real_path(os.path.join(real_dir, rel))
     except OSError as error:
         return f"does not resolve to a file ({os_error_text(error)})"
-    return None if is_within(target, real_dir, strictly=True) else f"resolves outside the skill, to {target}"
+    if not is_within(target, real_dir):
+        return f"resolves outside the skill, to {target}"
+    if not os.path.isfile(target):
+        return f"resolves to {target}, which is not a regular file"
+    return None
 
 
 def _found_past_an_unlisted_directory(walk: ManifestWalk, real_dir: str, rel: str) -> bool:

@@ -77,7 +77,7 @@ RUNS_S_PY = (
 )
 
 
-def test_a_declared_script_linked_outside_the_skill_or_nowhere_is_said_never_to_run(root: Path, elsewhere: Path) -> None:
+def test_a_declared_script_linked_outside_the_skill_to_a_directory_or_nowhere_is_said_never_to_run(root: Path, elsewhere: Path) -> None:
     # "a run still follows it while it resolves inside the skill, and declaring the real file clears this problem"
     # told the author of a link to /etc/hostname that it might run; the run refuses it as outside (§6.2), every time.
     out = make_skill(root, "out", RUNS_S_PY.format(name="out"))
@@ -86,15 +86,21 @@ def test_a_declared_script_linked_outside_the_skill_or_nowhere_is_said_never_to_
     (broken / "s.py").symlink_to("gone.py")
     inside = make_skill(root, "inside", RUNS_S_PY.format(name="inside"), files={"real.py": "print(1)\n"})
     (inside / "s.py").symlink_to("real.py")
+    itself = make_skill(root, "itself", RUNS_S_PY.format(name="itself"))
+    (itself / "s.py").symlink_to(".")
+    folder = make_skill(root, "folder", RUNS_S_PY.format(name="folder"), files={"lib/util.py": ""})
+    (folder / "s.py").symlink_to("lib")
     code, stdout, _ = run_cli(["check", str(root)], elsewhere)
     declares = 'declared-script-missing  {}: the skill declares "s.py", which is not a file in this skill; its path ' \
         "passes through a symbolic link"
     assert (code, stdout.splitlines()) == (1, [
         declares.format(broken) + " and does not resolve to a file (No such file or directory), so a run refuses it",
+        declares.format(folder) + f" and resolves to {folder / 'lib'}, which is not a regular file, so a run refuses it",
         declares.format(inside) + ", and the manifest lists no link: a run still follows it while it resolves "
         "inside the skill, and declaring the real file clears this problem",
+        declares.format(itself) + f" and resolves to {itself}, which is not a regular file, so a run refuses it",
         declares.format(out) + " and resolves outside the skill, to /etc/hostname, so a run refuses it",
-        "3 skill(s), 3 problem(s)",
+        "5 skill(s), 5 problem(s)",
     ])
 
 
