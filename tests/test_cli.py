@@ -355,6 +355,12 @@ def test_a_file_given_to_serve_is_left_to_the_parser(elsewhere: Path) -> None:
     assert code == 2 and "serve takes no ROOT" not in stderr and "unrecognized arguments: notes.txt" in stderr
 
 
+def test_a_mistyped_subcommand_before_a_root_is_reported_as_the_typo(root: Path, elsewhere: Path) -> None:
+    # `skill-mcp chekc ./skills` meant check: the root after the typo is no root given to serve.
+    code, _, stderr = run_cli(["chekc", str(root)], elsewhere)
+    assert code == 2 and "serve takes no ROOT" not in stderr and "invalid choice: 'chekc'" in stderr
+
+
 def test_check_exits_1_on_any_problem_and_list_still_exits_0(root: Path, elsewhere: Path) -> None:
     make_skill(root, "fine")
     assert run_cli(["check", str(root)], elsewhere)[0] == 0
