@@ -147,7 +147,12 @@ def _roots_given_to_serve(args: list[str]) -> list[str]:
     anything else is left to the parser (a typo, `--help`)."""
     if "-h" in args or "--help" in args:
         return []
-    given = args[1:] if args[0] == "serve" else [] if args[0] in ("check", "list") else args[:1]
+    if args[0] == "serve":
+        given = args[1:]
+    elif args[0] not in ("check", "list") and os.path.isdir(args[0]):
+        given = args  # `skill-mcp ./a ./b`: every directory, as `serve ./a ./b` names them
+    else:
+        return []  # a subcommand's roots, or a mistyped subcommand (`chekc ./skills`) the parser reports
     return [arg for arg in given if os.path.isdir(arg)]
 
 

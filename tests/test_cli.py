@@ -325,10 +325,11 @@ def test_a_root_given_to_serve_is_a_usage_error_that_names_the_variable(
     assert f"`SKILLS_DIR={root} skill-mcp`; `check` and `list` take ROOT arguments" in stderr
 
 
-def test_the_suggested_skills_dir_is_absolute_quoted_and_keeps_every_root(elsewhere: Path) -> None:
+@pytest.mark.parametrize("command", [["serve"], []])
+def test_the_suggested_skills_dir_is_absolute_quoted_and_keeps_every_root(elsewhere: Path, command: list[str]) -> None:
     (elsewhere / "my skills").mkdir()
     (elsewhere / "more").mkdir()
-    code, _, stderr = run_cli(["serve", "my skills", "more"], elsewhere)
+    code, _, stderr = run_cli([*command, "my skills", "more"], elsewhere)
     assert code == 2 and f"`SKILLS_DIR='{elsewhere}/my skills:{elsewhere}/more' skill-mcp`" in stderr
     assert "serve takes no ROOT (my skills more): " in stderr  # each root as the user typed it
 
