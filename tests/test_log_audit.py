@@ -511,6 +511,14 @@ def test_a_library_message_that_formats_values_into_its_text_keeps_its_first_lin
     assert "SNTL" not in line
 
 
+def test_a_library_record_logged_with_its_stack_keeps_no_stack(logged_to):
+    # logging's stack_info=True adds the call stack, which quotes each frame's source line.
+    logging.getLogger("library").warning("checked %s", S("stack"), stack_info=True)
+    (line,) = logged_to.getvalue().splitlines()
+    assert sorted(json.loads(line)) == ["event", "level", "logger", "timestamp"]
+    assert "SNTL" not in line
+
+
 # A process of its own, logging to its real stderr as the server does, in each format.
 UNRETRIEVED_TASK_EXCEPTION = f"""\
 import asyncio, gc, sys
