@@ -334,11 +334,11 @@ def test_the_suggested_skills_dir_is_absolute_quoted_and_keeps_every_root(elsewh
     assert "serve takes no ROOT (my skills more): " in stderr  # each root as the user typed it
 
 
-@pytest.mark.parametrize("args", [["serve", "chekc"], ["serve", "list"], ["serve", "-h", "."]])
+@pytest.mark.parametrize("args", [["serve", "chekc"], ["serve", "list"], ["serve", "-h", "."], ["serve", "--help", "."]])
 def test_serve_leaves_what_is_not_a_directory_or_asks_for_help_to_the_parser(elsewhere: Path, args: list[str]) -> None:
     code, stdout, stderr = run_cli(args, elsewhere)
     assert "serve takes no ROOT" not in stderr
-    assert (code, "usage: skill-mcp serve" in stdout) == (0, True) if "-h" in args else code == 2
+    assert (code, "usage: skill-mcp serve" in stdout) == (0, True) if args[1] in ("-h", "--help") else code == 2
 
 
 @pytest.mark.parametrize("command", ["check", "list"])
