@@ -519,6 +519,15 @@ def test_a_library_record_logged_with_its_stack_keeps_no_stack(logged_to):
     assert "SNTL" not in line
 
 
+def test_a_library_exception_record_with_no_exception_logs_no_error_type(logged_to, capsys):
+    # logger.exception outside an except block records exc_info (None, None, None): no type to name, and no
+    # "--- Logging error ---" traceback on stderr either.
+    logging.getLogger("library").exception("nothing raised")
+    (line,) = logged_to.getvalue().splitlines()
+    assert json.loads(line)["event"] == "nothing raised" and "errorType" not in json.loads(line)
+    assert capsys.readouterr() == ("", "")
+
+
 # A process of its own, logging to its real stderr as the server does, in each format.
 UNRETRIEVED_TASK_EXCEPTION = f"""\
 import asyncio, gc, sys
