@@ -935,14 +935,16 @@ def test_sparse_256_mib_skill_md_is_served_truncated_with_bounded_allocation(roo
 
 
 def test_skill_md_of_exactly_the_cap_is_read_whole(root):
-    # §3.4 step 4: at most 262144 bytes are read; a SKILL.md of exactly that size is not truncated.
+    # §3.4 step 4: at most 262144 bytes are read; a SKILL.md of exactly that size is not truncated. The number is
+    # the spec's, not MAX_SKILL_MD_BYTES, so a change to the constant fails here.
+    cap = 262144
     head = "---\nname: exact\ndescription: d\n---\n"
     skill = make_skill(root, "exact", body="")
-    (skill / "SKILL.md").write_text(head + "b" * (MAX_SKILL_MD_BYTES - len(head)), encoding="utf-8")
+    (skill / "SKILL.md").write_text(head + "b" * (cap - len(head)), encoding="utf-8")
     catalog = discover([str(root)], 32)
     exact = served(catalog, "exact")
-    assert (exact.body_truncated, len(exact.body)) == (False, MAX_SKILL_MD_BYTES - len(head))
-    (skill / "SKILL.md").write_text(head + "b" * (MAX_SKILL_MD_BYTES - len(head) + 1), encoding="utf-8")
+    assert (exact.body_truncated, len(exact.body)) == (False, cap - len(head))
+    (skill / "SKILL.md").write_text(head + "b" * (cap - len(head) + 1), encoding="utf-8")
     assert served(discover([str(root)], 32), "exact").body_truncated is True
 
 
