@@ -770,6 +770,17 @@ def test_the_ready_line_names_the_first_eight_skills_and_says_when_there_are_mor
     assert f" serves {count} skill(s){named} with 0 problem(s) " in ready
 
 
+def test_the_ready_line_counts_the_problems_of_discovery(tmp_path):
+    write_skill(tmp_path, "fine")
+    write_skill(tmp_path, "nameless", frontmatter="description: No name.\n")
+    write_skill(tmp_path, "broken", frontmatter="name: [\n")
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tmp_path))) as client:
+        client.close_stdin()
+        assert client.wait() == 0
+    (ready,) = [event["message"] for event in client.log_events() if event["event"] == "ready"]
+    assert " serves 2 skill(s) (fine, nameless) with 2 problem(s) " in ready
+
+
 @pytest.mark.parametrize("as_root", [True, False], ids=["root", "uid-10001"])
 def test_serving_as_root_warns_that_scripts_run_as_root(as_root):
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
