@@ -744,6 +744,8 @@ def test_log_level_error_silences_info_and_warning(tree):
     [
         # the bundled demo's report.py, and report.js where node is found
         ({"SKILLS_DIR": "", "PATH": SYSTEM_PATH}, f"and {1 + bool(shutil.which('node', path=SYSTEM_PATH))} runnable script(s)"),
+        # report.js with no node to run it: the count is of scripts that may run, not of scripts declared
+        ({"SKILLS_DIR": "", "MCP_SKILL_NODE": "/nonexistent/node"}, "and 1 runnable script(s)"),
         ({"MCP_DATA_DIR": "/nonexistent"}, "and no script may run (hosted, and no MCP_SKILL_RUN grant was supplied)"),
         ({"MCP_SKILL_RUN": "{"}, "and no script may run (MCP_SKILL_RUN is malformed; skill_list's grantError says how)"),
     ],
