@@ -8,6 +8,15 @@ import re
 import anyio
 from support import REPO, connect, deployment_for, payload, write_skill
 
+from skill_mcp.limits import (
+    AMBIENT_SCRIPT_ALLOWLIST,
+    MAX_ARG_BYTES,
+    MAX_ARGS,
+    MAX_DIRS_PER_SKILL,
+    MAX_FILES_PER_SKILL,
+    MAX_MESSAGE_CHARS,
+    MAX_UNLISTED_ENTRIES,
+)
 from skill_mcp.model import PROBLEM_REASONS
 from skill_mcp.run_tool import RunService
 from skill_mcp.schemas import TOOLS
@@ -70,3 +79,15 @@ def test_the_module_map_names_every_module() -> None:
     package = os.path.join(REPO, "skill_mcp")
     modules = sorted(name for name in os.listdir(package) if name.endswith(".py") and not name.startswith("__"))
     assert [name for name in modules if f"`{name}`" not in README] == []
+
+
+def test_the_limits_the_readme_states_are_the_codes() -> None:
+    # The README gives these as numbers; a constant changed alone would make it wrong without any other test failing.
+    prose = " ".join(README.split())
+    assert f"A line longer than {MAX_MESSAGE_CHARS} characters is refused unparsed" in prose
+    assert (
+        f"more than {MAX_FILES_PER_SKILL} files or {MAX_DIRS_PER_SKILL} directories, or more than "
+        f"{MAX_UNLISTED_ENTRIES} entries that are not listed" in prose
+    )
+    assert f"arguments are capped at {MAX_ARGS} and {MAX_ARG_BYTES} bytes in total" in prose
+    assert f"ambient variables {' '.join(AMBIENT_SCRIPT_ALLOWLIST)} plus" in prose.replace("`", "").replace(",", "")
