@@ -16,6 +16,7 @@ from skill_mcp.limits import (
     MAX_FILES_PER_SKILL,
     MAX_MESSAGE_CHARS,
     MAX_UNLISTED_ENTRIES,
+    MAX_UNUSABLE_PATH_PROBLEMS,
 )
 from skill_mcp.model import PROBLEM_REASONS
 from skill_mcp.run_tool import RunService
@@ -90,4 +91,6 @@ def test_the_limits_the_readme_states_are_the_codes() -> None:
         f"{MAX_UNLISTED_ENTRIES} entries that are not listed" in prose
     )
     assert f"arguments are capped at {MAX_ARGS} and {MAX_ARG_BYTES} bytes in total" in prose
+    (unusable,) = [row[1] for row in table("reasons-table") if row[0] == "`unusable-path`"]
+    assert f"The first {MAX_UNUSABLE_PATH_PROBLEMS} in a skill are reported one by one" in unusable
     assert f"ambient variables {' '.join(AMBIENT_SCRIPT_ALLOWLIST)} plus" in prose.replace("`", "").replace(",", "")
