@@ -257,9 +257,10 @@ def test_env_not_a_list(env):
 
 def test_env_items():
     entry, findings = one_run(
-        "      env: [OK_VAR, MCP_SKILLS_PATH, 9LIVES, _under, MCP_CONFIRM_SECRET, OK_VAR, 7, 'A-B', null, 'É', LD_PRELOAD]\n"
+        "      env: [OK_VAR, MCP_SKILLS_PATH, 9LIVES, _under, MCP_CONFIRM_SECRET, OK_VAR, 7, 'A-B', null, 'É', LD_PRELOAD,"
+        " S3_KEY]\n"
     )
-    assert entry == RunEntry("scripts/a.py", "python3", ("OK_VAR", "_under"), 60000)
+    assert entry == RunEntry("scripts/a.py", "python3", ("OK_VAR", "_under", "S3_KEY"), 60000)
     assert findings == [
         f"{AT} asks for MCP_SKILLS_PATH, which is reserved: it is set by the host for itself; refused",
         f"{AT} env item 2 is not an identifier (letters, digits, _); ignored",
