@@ -811,6 +811,14 @@ def test_an_unknown_log_setting_falls_back_with_a_warning(tree):
     assert any(event["event"] == "boot" for event in events)
 
 
+@pytest.mark.parametrize("value", ["on", "off"])
+def test_the_boot_line_says_whether_elicitation_is_on(tree, value):
+    with running(MODULE, clean_environ(SKILLS_DIR=str(tree), MCP_CONFIRM_ELICITATION=value)) as client:
+        client.close_stdin()
+        assert client.wait() == 0
+    assert [event["elicitation"] for event in client.log_events() if event["event"] == "boot"] == [value]
+
+
 @pytest.mark.parametrize(("value", "effective"), [("5000", 4096), ("abc", 32)])
 def test_a_bad_max_skills_warns_once_without_its_value(tree, value, effective):
     # §17 #14 on the wire: the fallback applies and one config.warning names the variable, never the value.
