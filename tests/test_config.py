@@ -473,6 +473,23 @@ def test_a_script_limit_above_the_servers_hard_limit_warns_at_boot_that_no_scrip
 
 
 @needs_root
+@pytest.mark.skipif(not shutil.which("prlimit"), reason="needs prlimit")
+def test_root_without_cap_sys_resource_is_warned_like_any_user_that_no_script_would_start():
+    # A container's root usually lacks CAP_SYS_RESOURCE: being root is not what lets a script raise a hard limit.
+    command = ["prlimit", f"--as={8 * 2**30}:{8 * 2**30}", "setpriv", "--bounding-set=-sys_resource",
+               sys.executable, "-m", "skill_mcp"]  # fmt: skip
+    with running(command, clean_environ(MCP_SKILL_RLIMIT_AS_MB="100000"), cwd="/") as client:
+        legacy_handshake(client)
+        client.close_stdin()
+        assert client.wait() == 0
+    assert [event["problem"] for event in client.log_events()
+            if event["event"] == "config.warning" and event["variable"] == "MCP_SKILL_RLIMIT_AS_MB"] == [
+        "is above the hard limit the server was started with (8192 MiB), which a script may not raise, so "
+        "every script would fail to start; set it to at most that, or start the server with a higher hard limit"
+    ]  # fmt: skip
+
+
+@needs_root
 def test_a_script_limit_under_an_unlimited_hard_limit_draws_no_warning():
     if resource.getrlimit(resource.RLIMIT_AS)[1] != resource.RLIM_INFINITY:
         pytest.skip("needs an unlimited hard RLIMIT_AS")
