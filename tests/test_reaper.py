@@ -61,6 +61,23 @@ def test_a_timeouts_sigterm_reaches_every_group_of_the_session(tmp_path: Path) -
             kill_quietly(child)
 
 
+def test_a_timeouts_sigterm_reaches_each_group_once_even_when_it_is_handled(tmp_path: Path) -> None:
+    # A script that cleans up on SIGTERM and keeps running must see one SIGTERM, not one per pass of the sweep.
+    marker = tmp_path / "terms"
+    leader, children = _session("3", str(marker), "stay")
+    try:
+        assert kill_process_group(leader.pid, signal.SIGTERM) is True
+        deadline = time.monotonic() + 5
+        while marker.read_text().count("term") < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # a repeated SIGTERM would have landed by now
+        assert marker.read_text() == "term\n" * 3
+        assert not any(map(process_gone, children))
+    finally:
+        for child in children:
+            kill_quietly(child)
+
+
 @needs_root
 def test_a_group_another_uid_owns_is_not_signalled_and_raises_nothing() -> None:
     # A pid reused by another user's process (or a script's group it cannot signal) refuses with EPERM: the kill
