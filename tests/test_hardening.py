@@ -164,6 +164,11 @@ def test_a_same_uid_ancestor_holding_the_deployments_settings_fails_the_scrub(mo
     assert scrub_environ(replace(FakeProc().io(), read_ancestor_environs=lambda: [b"", wrapper])) == ScrubResult(
         "failed", reason=ANCESTOR_HOLDS_ENVIRON
     )
+    # SKILLS_DIR is the server's own setting too.
+    monkeypatch.setenv("SKILLS_DIR", "/s")
+    assert scrub_environ(replace(FakeProc().io(), read_ancestor_environs=lambda: [b"SKILLS_DIR=/s\0"])) == ScrubResult(
+        "failed", reason=ANCESTOR_HOLDS_ENVIRON
+    )
     # A client that handed the settings to the server alone, through exec, holds none of them: no leak.
     client = b"HOME=/h\0MCP_SKILLS_PATH=/elsewhere\0DISPLAY=:0\0"
     assert scrub_environ(replace(FakeProc().io(), read_ancestor_environs=lambda: [client])) == ScrubResult(
@@ -389,6 +394,34 @@ def test_a_same_uid_init_holding_the_environment_fails_the_scrub_for_real(sandbo
     init = (*OWN_PID_NAMESPACE, *UNPRIVILEGED, "/bin/sh", "-c", '"$@"; exit $?', "init")
     report = drive(sandbox, "scrub,nondump", "python3", "peek_parent.py", launcher=init)
     assert report["scrub"] == {"status": "failed", "wiped_bytes": None, "reason": INIT_HOLDS_ENVIRON}
+
+
+# sh -c 'env -u MCP_SKILLS_PATH sh -c "MCP_SKILLS_PATH=/skills <server>; ..."; ...': the wrapper two levels up
+# holds the server's settings, the one between does not (it only hands them on).
+SETTINGS_TWO_WRAPPERS_UP = ("/usr/bin/env", "MCP_SKILLS_PATH=/skills", "/bin/sh", "-c", '"$@"; exit $?', "outer",
+                            "/usr/bin/env", "-u", "MCP_SKILLS_PATH", "/bin/sh", "-c",
+                            'MCP_SKILLS_PATH=/skills "$@"; exit $?', "inner")  # fmt: skip
+
+
+@linux_only
+@needs_root
+def test_a_same_uid_wrapper_up_the_chain_holding_the_settings_fails_the_scrub_for_real(sandbox: Path) -> None:
+    launcher = (*UNPRIVILEGED, *SETTINGS_TWO_WRAPPERS_UP)
+    report = drive(sandbox, "scrub,nondump", "python3", "peek_parent.py", launcher=launcher)
+    assert report["scrub"] == {"status": "failed", "wiped_bytes": None, "reason": ANCESTOR_HOLDS_ENVIRON}
+
+
+@linux_only
+@needs_root
+@pytest.mark.parametrize(
+    "launcher",
+    [SETTINGS_TWO_WRAPPERS_UP, (*OWN_PID_NAMESPACE, "/bin/sh", "-c", '"$@"; exit $?', "init")],
+    ids=["wrappers", "init"],
+)
+def test_a_root_servers_wrappers_and_init_are_not_held_against_it(sandbox: Path, launcher: tuple[str, ...]) -> None:
+    # Root's scripts can read every process anyway: that its wrappers or init hold the settings exposes nothing more.
+    report = drive(sandbox, "scrub,nondump", "python3", "peek_parent.py", launcher=launcher)
+    assert report["scrub"]["status"] == "scrubbed"
 
 
 @linux_only
