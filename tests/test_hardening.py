@@ -469,6 +469,14 @@ def is_alive(pid: int) -> bool:
 
 
 @linux_only
+def test_a_run_that_times_out_settles_on_a_server_that_adopts_orphans(sandbox: Path) -> None:
+    # Its leader is reaped before the run settles, and settling kills the group once more: that last kill finds
+    # no leader to sweep after, and must not fail the run.
+    report = drive(sandbox, "adopt,short-timeout", "python3", "spinner.py")
+    assert [(run["timedOut"], run["durationMs"] < 5000) for run in report["runs"]] == [(True, True)]
+
+
+@linux_only
 def test_a_relay_that_keeps_changing_group_dies_with_its_script(sandbox: Path) -> None:
     # Each link lives too briefly for a scan of /proc to find it; adopted by the server, it is its child instead.
     shared = world_readable_dir()
