@@ -198,6 +198,13 @@ def test_any_exception_fails_with_its_message(step: str) -> None:
     assert proc.calls[-1][0] == step
 
 
+def test_an_exception_without_a_message_fails_with_its_type() -> None:
+    def refused(offset: int, data: bytes) -> None:
+        raise PermissionError
+
+    assert scrub_environ(replace(FakeProc().io(), write_mem=refused)) == ScrubResult("failed", reason="PermissionError")
+
+
 def test_rehome_failure_writes_nothing() -> None:
     proc = FakeProc(fail="rehome_environ")
     scrub_environ(proc.io())
@@ -215,9 +222,10 @@ def test_runs_are_blocked_only_when_hosted_unscrubbed_and_not_overridden() -> No
         assert needed in reason
 
 
-def test_the_run_block_for_a_same_uid_init_names_pid_1_not_this_servers_block() -> None:
-    reason = run_block_reason(ScrubResult("failed", reason=INIT_HOLDS_ENVIRON), hosted=True, allow_unscrubbed=False)
-    assert reason == f"{INIT_HOLDS_ENVIRON}; no script may run until this is fixed or until the owner sets " \
+@pytest.mark.parametrize("holder", [INIT_HOLDS_ENVIRON, ANCESTOR_HOLDS_ENVIRON], ids=["init", "ancestor"])
+def test_the_run_block_for_a_same_uid_holder_names_it_not_this_servers_block(holder: str) -> None:
+    reason = run_block_reason(ScrubResult("failed", reason=holder), hosted=True, allow_unscrubbed=False)
+    assert reason == f"{holder}; no script may run until this is fixed or until the owner sets " \
         "MCP_SKILL_ALLOW_UNSCRUBBED=1"
 
 
