@@ -99,3 +99,22 @@ def test_a_child_collected_between_the_sweeps_listing_and_its_kill_does_not_end_
     race = Path(__file__).parent / "fixtures" / "sweep_race.py"
     completed = subprocess.run([sys.executable, str(race)], capture_output=True, text=True, timeout=30, check=True)
     assert json.loads(completed.stdout) == {"daemonSurvived": False}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="adopting orphans (a subreaper) is Linux-only")
+def test_reaping_what_died_spares_a_leader_its_popen_has_not_reaped() -> None:
+    # Reaped with the orphans, the leader's exit code would be lost: its Popen would read 0 for it.
+    server = """if True:
+        import subprocess, sys, time
+        from skill_mcp.hardening import adopt_orphans
+        from skill_mcp.reaper import reap_adopted_as_they_die, track_leader
+        assert adopt_orphans()
+        leader = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+        track_leader(leader.pid)
+        while open(f"/proc/{leader.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+        reap_adopted_as_they_die()
+        print(leader.wait())
+    """
+    completed = subprocess.run([sys.executable, "-c", server], capture_output=True, text=True, timeout=30, check=True)
+    assert completed.stdout == "3\n"
