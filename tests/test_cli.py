@@ -782,33 +782,24 @@ def test_once_stderrs_reader_is_gone_its_descriptor_becomes_dev_null() -> None:
         stderr.write("also lost\n")
         stderr.drain(5)
 
-def test_a_stderr_descriptor_closed_under_the_writer_becomes_dev_null_and_stays_open() -> None:
-    # EBADF: the descriptor was closed, so the /dev/null opened in its place takes that very number (the lowest
-    # free one); dup2 onto itself and a close would free it again, for the next file opened to be written as logs.
-    closed = os.open(os.devnull, os.O_WRONLY)
-    stream = open(closed, "w", buffering=1, encoding="utf-8", closefd=False)
-    os.close(closed)
+
+@pytest.mark.parametrize("failing", ["closed", "read-only"])
+def test_a_stderr_descriptor_failing_with_ebadf_becomes_dev_null_and_stays_open(tmp_path: Path, failing: str) -> None:
+    # Every write fails for good, as after EPIPE: a descriptor open only for reading (`2<file`), or one closed under
+    # the writer. Closed, the /dev/null opened in its place takes that very number (the lowest free one), and a dup2
+    # onto itself then a close would free it again, for the next file opened to be written as logs.
+    (tmp_path / "read-only").write_text("")
+    fd = os.open(os.devnull, os.O_WRONLY) if failing == "closed" else os.open(tmp_path / "read-only", os.O_RDONLY)
+    stream = open(fd, "w", buffering=1, encoding="utf-8", closefd=False)
+    if failing == "closed":
+        os.close(fd)
     try:
         stderr = BackgroundStderr(stream)
         stderr.write("lost\n")
         stderr.drain(5)
-        assert os.stat(os.devnull).st_rdev == os.fstat(closed).st_rdev
+        assert os.stat(os.devnull).st_rdev == os.fstat(fd).st_rdev
     finally:
-        os.close(closed)
-
-
-def test_a_stderr_descriptor_not_open_for_writing_becomes_dev_null(tmp_path: Path) -> None:
-    # `2<file`: each write fails with EBADF, for good, as after EPIPE.
-    (tmp_path / "read-only").write_text("")
-    read_only = os.open(tmp_path / "read-only", os.O_RDONLY)
-    try:
-        with open(read_only, "w", encoding="utf-8", closefd=False) as stream:
-            stderr = BackgroundStderr(stream)
-            stderr.write("lost\n")
-            stderr.drain(5)
-            assert os.stat(os.devnull).st_rdev == os.fstat(read_only).st_rdev
-    finally:
-        os.close(read_only)
+        os.close(fd)
 
 
 def test_a_stderr_nobody_reads_holds_up_no_write_and_lines_past_the_backlog_are_dropped() -> None:
